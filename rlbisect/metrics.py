@@ -1,0 +1,82 @@
+"""Every dashboard metric, named and defined once.
+
+A training loop writes one JSON row per step whose keys come from `METRICS`; detectors, plots,
+the bisect's short-run predicate and replay comparisons all read the same names. The four groups
+follow the rule "a metric earns its place when some failure moves it before the reward does":
+
+* outcome      what the optimizer is paid for, and the independent check on it;
+* behavior     how the reward was earned (a skill or a shortcut);
+* optimizer    the health of the update itself;
+* consistency  quantities that are a fixed value in a correct trainer: any visible value is a bug.
+
+Wall-clock values are the only non-deterministic numbers a row may carry, and only under keys
+containing "time" (`is_timing`), so that two runs with one seed compare equal on everything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    group: str
+    doc: str
+
+
+_TABLE = [
+    # outcome
+    ("reward", "outcome", "mean training reward of the step's episodes (what the optimizer sees)"),
+    ("pass_rate", "outcome", "share of the step's episodes that submitted code passing the hidden tests"),
+    ("eval_pass", "outcome", "held-out hidden-test pass rate (evaluation steps only; own generator)"),
+    # behavior
+    ("reads", "behavior", "`read` calls per episode"),
+    ("tests", "behavior", "`test` calls per episode"),
+    ("edits", "behavior", "`edit` calls per episode"),
+    ("malformed", "behavior", "unparsable calls per episode"),
+    ("hardcode", "behavior", "share of episodes that used the `hardcode_tests` exploit"),
+    ("submitted", "behavior", "share of episodes that called `submit`"),
+    ("turns", "behavior", "policy calls per episode"),
+    ("length", "behavior", "policy tokens per episode"),
+    ("length_pass", "behavior", "policy tokens per passing episode"),
+    ("length_fail", "behavior", "policy tokens per failing episode"),
+    # optimizer health
+    ("entropy", "optimizer", "mean policy entropy on action tokens (nats)"),
+    ("approx_kl", "optimizer", "((ratio - 1) - log ratio) averaged over action tokens and minibatches"),
+    ("clip_frac", "optimizer", "share of action tokens where the PPO clip was active"),
+    ("ratio_max", "optimizer", "largest ratio pi/pi_old over action tokens, mean over minibatches"),
+    ("ratio_min", "optimizer", "smallest ratio pi/pi_old over action tokens, mean over minibatches"),
+    ("grad_norm", "optimizer", "global gradient norm before clipping, mean over minibatches"),
+    ("loss", "optimizer", "the loss the optimizer minimized, mean over minibatches"),
+    ("zero_adv_frac", "optimizer", "share of groups whose rewards are all equal (no gradient)"),
+    ("zero_adv_pass", "optimizer", "share of groups that are flat because every episode passed"),
+    ("zero_adv_fail", "optimizer", "share of groups that are flat because every episode failed"),
+    ("kl_ref", "optimizer", "KL to the frozen reference on action tokens (only when kl_coef > 0)"),
+    # consistency
+    ("logp_gap", "consistency", "mean |sampler logp - trainer logp| on trained tokens"),
+    ("logp_gap_max", "consistency", "max |sampler logp - trainer logp| on trained tokens"),
+    ("prob_gap", "consistency", "mean |sampler p - trainer p| on trained tokens (verl's rollout_probs_diff)"),
+    ("loss_tokens", "consistency", "action-mask tokens per episode that the loss trains on"),
+]
+
+METRICS: dict[str, Metric] = {name: Metric(name, group, doc) for name, group, doc in _TABLE}
+GROUPS = ("outcome", "behavior", "optimizer", "consistency")
+
+# What a dashboard shows by default under the reward panel, per group.
+DEFAULT_PANELS = ("logp_gap", "clip_frac", "entropy", "reads", "zero_adv_frac", "grad_norm")
+
+
+def by_group(group: str) -> list[str]:
+    """Metric names of one group, in table order."""
+    return [m.name for m in METRICS.values() if m.group == group]
+
+
+def is_timing(key: str) -> bool:
+    """Wall-clock keys are excluded from every determinism and replay comparison."""
+    return "time" in key
+
+
+def comparable(row: dict) -> dict:
+    """The part of a row that must reproduce bit for bit."""
+    return {k: v for k, v in row.items() if not is_timing(k)}
