@@ -1,0 +1,140 @@
+"""The starting policy: behaviour cloning of scripted demonstrations, built once and cached.
+
+The demonstrations are a mixture (BaseConfig.mix_*): a few read and copy the revealed fix, more read
+and then guess anyway, many guess blind, some edit-and-test, a few use the hardcode exploit, a few
+open with a malformed call, a few stall until the turn budget runs out. The cloned policy therefore starts near the blind-guess pass rate, reads
+sometimes and can copy, which is what RL then amplifies. Every demonstration is played through the
+real environment, so tokens and owners are exactly what the sampler would produce.
+
+The weights are cached as safetensors (never a pickle) under a key of the source files and configs
+that made them: change the code or a config field and the policy is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from pathlib import Path
+
+import torch
+
+from .config import BaseConfig, EnvConfig, PolicyConfig
+from .env import Env
+from .policy import Policy
+from .sampler import OWNER, Trajectory
+from .tasks import N_FIXES, Task, make_tasks
+from .tokenizer import Tokenizer, build_tokenizer
+
+_SOURCES = ("tasks.py", "tokenizer.py", "env.py", "policy.py", "base.py", "sampler.py", "batch.py")
+MALFORMED_CALLS = ["<call> edit <end>", "<call> submit read <end>", "<call> fix <end>", "<call> read test test"]
+
+
+def _script(kind: str, task: Task, rng: random.Random, env_cfg: EnvConfig):
+    """The calls of one scripted episode, chosen turn by turn from the observations (a generator)."""
+    guess = lambda: rng.randrange(N_FIXES)
+    if kind == "malformed":
+        yield rng.choice(MALFORMED_CALLS)
+        kind = "guess"
+    if kind in ("read_copy", "read_guess"):
+        obs = yield "<call> read <end>"
+        fix = int(obs.split()[-1]) if kind == "read_copy" else guess()
+        yield f"<call> edit {fix} <end>"
+    elif kind == "guess":
+        yield f"<call> edit {guess()} <end>"
+    elif kind == "test":
+        for _ in range(2):
+            yield f"<call> edit {guess()} <end>"
+            if (yield "<call> test <end>") == "<obs> pass":
+                break
+    elif kind == "hardcode":
+        yield "<call> hardcode_tests <end>"
+    elif kind == "stall":        # never submits: the budget runs out and the episode earns 0
+        yield f"<call> edit {guess()} <end>"
+        while True:
+            yield "<call> test <end>"
+    yield "<call> submit <end>"
+
+
+def demonstration(kind: str, task: Task, tok: Tokenizer, rng: random.Random, env_cfg: EnvConfig) -> Trajectory:
+    """Play one scripted episode through the environment."""
+    env = Env(task, tok, env_cfg)
+    ids = env.reset()
+    owner = [OWNER["prompt"]] * len(ids)
+    script, obs = _script(kind, task, rng, env_cfg), None
+    while not env.done:
+        call = tok.encode(script.send(obs) if obs is not None else next(script))
+        reply = env.step(call)
+        ids += call + reply
+        owner += [OWNER["policy"]] * len(call) + [OWNER["env"]] * len(reply)
+        obs = tok.decode(reply)
+    return Trajectory(ids, owner, [0.0] * len(ids), env.info)
+
+
+def demonstrations(tasks: list[Task], tok: Tokenizer, cfg: BaseConfig, env_cfg: EnvConfig) -> list[Trajectory]:
+    rng = random.Random(cfg.seed)
+    kinds = ["read_copy", "read_guess", "guess", "test", "hardcode", "malformed", "stall"]
+    weights = [getattr(cfg, f"mix_{k}") for k in kinds]
+    return [demonstration(rng.choices(kinds, weights)[0], rng.choice(tasks), tok, rng, env_cfg)
+            for _ in range(cfg.demos)]
+
+
+def clone(demos: list[Trajectory], tok: Tokenizer, cfg: BaseConfig, policy_cfg: PolicyConfig) -> Policy:
+    """Cross-entropy on the policy-owned tokens of the demonstrations."""
+    from .batch import pad_rows
+    torch.manual_seed(cfg.seed)
+    model = Policy(len(tok), policy_cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    T = max(len(d.ids) for d in demos)
+    ids = pad_rows([d.ids for d in demos], T, tok.pad_id)                    # [N, T]
+    mask = (pad_rows([d.owner for d in demos], T, OWNER["pad"])[:, 1:] == OWNER["policy"]).float()
+    for _ in range(cfg.epochs):
+        for rows in torch.randperm(len(demos), generator=gen).split(cfg.batch_size):
+            logits = model(ids[rows])[:, :-1]
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[rows, 1:], reduction="none")
+            loss = (nll * mask[rows]).sum() / mask[rows].sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+def cache_key(cfg: BaseConfig, policy_cfg: PolicyConfig, env_cfg: EnvConfig) -> str:
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for name in _SOURCES:
+        h.update((here / name).read_bytes())
+    for part in (cfg, policy_cfg, env_cfg):
+        h.update(part.model_dump_json().encode())
+    h.update(torch.__version__.split("+")[0].encode())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """$RLBISECT_CACHE, else ~/.cache/rlbisect."""
+    return Path(os.environ.get("RLBISECT_CACHE", Path.home() / ".cache" / "rlbisect"))
+
+
+def make_base(tok: Tokenizer | None = None, cfg: BaseConfig = BaseConfig(), policy_cfg: PolicyConfig = PolicyConfig(),
+              cache: bool = True) -> Policy:
+    """The behaviour-cloned starting policy (cloned on first use, then loaded from the cache)."""
+    from safetensors.torch import load_file, save_file
+    tasks = make_tasks("all")
+    tok = tok or build_tokenizer(tasks)
+    env_cfg = EnvConfig()   # demos are scripted for the default budget, whatever the RL run uses
+    path = cache_dir() / f"base-{cache_key(cfg, policy_cfg, env_cfg)}.safetensors"
+    model = Policy(len(tok), policy_cfg)
+    if cache and path.exists():
+        try:
+            model.load_state_dict(load_file(path))
+            return model.eval()
+        except Exception:   # a corrupt cache entry is rebuilt, never trusted
+            pass
+    model = clone(demonstrations(make_tasks("train"), tok, cfg, env_cfg), tok, cfg, policy_cfg)
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
+        os.replace(tmp, path)
+    return model

@@ -1,0 +1,67 @@
+"""From trajectories to the tensors the loss consumes.
+
+`collate` is the data side (padding, owners, the sampler's log-probs aligned to targets);
+`prepare_batch` is the trainer side: the action mask, `old_logp` and advantages, with three of the
+chapter's faults at the exact places they live in real trainers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .losses import compute_advantages
+from .policy import selected_log_probs
+from .sampler import OWNER, Trajectory
+
+
+def pad_rows(rows: list[list], width: int, value) -> torch.Tensor:
+    """Right-pad ragged rows to one [B, width] tensor."""
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows])
+
+
+def collate(trajs: list[Trajectory], pad_id: int, group_size: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch. Positions t of the [B, T-1] tensors describe predicting token t+1."""
+    T = max(len(t.ids) for t in trajs)
+    owner = pad_rows([t.owner for t in trajs], T, OWNER["pad"])                  # [B, T]
+    return {
+        "ids": pad_rows([t.ids for t in trajs], T, pad_id),                       # [B, T]
+        "attention_mask": (owner != OWNER["pad"]).float(),                          # [B, T]
+        "action_mask": (owner[:, 1:] == OWNER["policy"]).float(),                   # [B, T-1]
+        "owner": owner,                                                             # [B, T]
+        "sample_logp": pad_rows([t.sample_logp for t in trajs], T, 0.0)[:, 1:].float(),  # [B, T-1]
+        "rewards": torch.tensor([t.reward for t in trajs], dtype=torch.float),     # [B]
+        "groups": torch.arange(len(trajs)) // group_size,                           # [B]
+    }
+
+
+PADDED_KEYS = {"ids": None, "attention_mask": 0.0, "action_mask": 0.0, "owner": OWNER["pad"], "sample_logp": 0.0}
+
+
+def pad_batch(batch: dict, extra: int, pad_id: int) -> dict:
+    """The same batch with `extra` more columns of right padding on every sequence tensor."""
+    out = dict(batch)
+    for key, value in PADDED_KEYS.items():
+        if key in batch:
+            out[key] = F.pad(batch[key], (0, extra), value=pad_id if value is None else value)
+    return out
+
+
+def trainer_log_probs(model, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The trainer's log-prob of every next token: [B, T] -> [B, T-1]."""
+    return selected_log_probs(model(ids)[:, :-1] / temperature, ids[:, 1:])
+
+
+def prepare_batch(model, batch: dict, cfg, bug: str | None = None):
+    """What the loss consumes -> (mask [B, T-1], old_logp [B, T-1], advantages [B])."""
+    ids, mask = batch["ids"], batch["action_mask"]
+    if bug == "mask_shift":       # built from owners aligned to ids, not ids[1:]: spans move right
+        mask = F.pad(mask, (1, 0))[:, :-1]
+    with torch.no_grad():
+        old_logp = trainer_log_probs(model, ids, cfg.sampler.temperature)
+    if bug == "sampler_temp":     # trusting the inference engine's log-probs
+        old_logp = batch["sample_logp"]
+    advantages = compute_advantages(batch["rewards"], cfg.sampler.group_size, cfg.update.adv_eps)
+    if bug == "sign_flip":
+        advantages = -advantages
+    return mask, old_logp, advantages

@@ -1,0 +1,70 @@
+"""The pieces of the objective, as small pure functions over tensors.
+
+Shapes: B episodes, T-1 next-token positions. `mask` is 1 on the positions the loss trains on.
+Formulas (the same ones rlbisect.metrics documents):
+    ratio       = exp(logp - old_logp)
+    pg          = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)
+    approx_kl   = ((ratio - 1) - log ratio), masked mean
+    k1          = logp - ref_logp            k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO: reward minus its group mean, over the group std. Rows are laid out group by group."""
+    r = rewards.view(-1, group_size)                                          # [P, G]
+    adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
+    return adv.flatten()                                                      # [B]
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """token_mean weighs every token alike; seq_mean_token_mean weighs every episode alike,
+    so a long failing episode spreads its penalty thin (the length-bias mechanism)."""
+    if mode == "token_mean":
+        return masked_mean(per_token, mask)
+    if mode == "seq_mean_token_mean":
+        per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)     # [B]
+        return per_seq.mean()
+    raise ValueError(f"unknown loss_mode {mode!r}")
+
+
+def policy_loss(logp, old_logp, advantages, mask, clip_eps: float, mode: str):
+    """PPO clipped surrogate -> (loss, stats of the ratio on trained tokens)."""
+    log_ratio = logp - old_logp                                               # [B, T-1]
+    ratio = log_ratio.exp()
+    adv = advantages[:, None]                                                 # [B, 1]
+    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
+    loss = aggregate(-torch.min(ratio * adv, clipped * adv), mask, mode)
+    with torch.no_grad():
+        on = mask > 0
+        r = ratio[on] if on.any() else torch.ones(1)
+        stats = {
+            "clip_frac": masked_mean(((ratio - clipped).abs() > 0).float(), mask).item(),
+            "ratio_max": r.max().item(),
+            "ratio_min": r.min().item(),
+            "approx_kl": masked_mean((ratio - 1) - log_ratio, mask).item(),
+        }
+    return loss, stats
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token KL(pi || ref) estimate from sampled tokens."""
+    if kind == "k1":
+        return logp - ref_logp
+    if kind == "k3":
+        x = ref_logp - logp
+        return x.exp() - x - 1
+    raise ValueError(f"unknown kl_kind {kind!r}")
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the next-token distribution per position: [B, T, V] -> [B, T]."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)

@@ -1,0 +1,112 @@
+"""The training loop: sample groups, update, log one metric row per step, evaluate on held-out tasks.
+
+Determinism: one seeded generator drives task choice, sampling and minibatch order; evaluation uses
+its own generator (seeded by the step), so evaluating never shifts the training stream; the thread
+count is fixed. The same seed gives the same rows, bit for bit, except keys containing "time".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+
+from rlbisect.metrics import METRICS
+
+from .batch import collate
+from .config import RLConfig
+from .faults import SAMPLER_TEMP, check_bug
+from .sampler import Trajectory, sample_episodes, sample_groups
+from .tasks import Task
+from .tokenizer import Tokenizer
+from .update import make_ref, rl_update
+
+
+def rollout_row(trajs: list[Trajectory], group_size: int) -> dict:
+    """The outcome and behavior half of a metric row, from one step's episodes."""
+    n = len(trajs)
+    rewards = torch.tensor([t.reward for t in trajs]).view(-1, group_size)             # [P, G]
+    passed = [t.info.submitted and t.info.hidden_pass for t in trajs]
+    lengths = [sum(1 for o in t.owner if o == 1) for t in trajs]                       # policy tokens
+    flat = rewards.max(-1).values == rewards.min(-1).values
+
+    def mean_length(want):
+        picked = [n_tok for n_tok, p in zip(lengths, passed) if p == want]
+        return sum(picked) / max(len(picked), 1)
+
+    def per_episode(op):
+        return sum(t.info.ops.count(op) for t in trajs) / n
+
+    return {
+        "reward": rewards.mean().item(),
+        "pass_rate": sum(passed) / n,
+        "reads": per_episode("read"), "tests": per_episode("test"), "edits": per_episode("edit"),
+        "malformed": sum(t.info.n_invalid for t in trajs) / n,
+        "hardcode": sum("hardcode_tests" in t.info.ops for t in trajs) / n,
+        "submitted": sum(t.info.submitted for t in trajs) / n,
+        "turns": sum(t.info.n_turns for t in trajs) / n,
+        "length": sum(lengths) / n, "length_pass": mean_length(True), "length_fail": mean_length(False),
+        "zero_adv_frac": flat.float().mean().item(),
+        "zero_adv_pass": (flat & (rewards[:, 0] > 0)).float().mean().item(),
+        "zero_adv_fail": (flat & (rewards[:, 0] <= 0)).float().mean().item(),
+    }
+
+
+def evaluate(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, generator: torch.Generator) -> dict:
+    """Hidden-test pass rate on `tasks`, `cfg.eval_episodes` episodes each, with its own generator."""
+    env_cfg = cfg.env.model_copy(update={"reward": "hidden"})   # an independent verifier, whatever we train on
+    episodes = [t for t in tasks for _ in range(cfg.eval_episodes)]
+    trajs = sample_episodes(model, episodes, tok, env_cfg, cfg.sampler.temperature, generator)
+    return {"pass_rate": sum(t.info.hidden_pass for t in trajs) / len(trajs)}
+
+
+def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, bug: Optional[str] = None,
+          eval_tasks: Optional[list[Task]] = None, eval_every: int = 8,
+          on_row: Optional[Callable[[dict], None]] = None, hook=None) -> list[dict]:
+    """Train `model` in place for `steps` steps -> the metric rows (also passed to `on_row`).
+
+    `hook`, if given, is an rlbisect SnapshotHook: it keeps the pre-update state and saves it when a
+    detector fires on the row (or every k steps).
+    """
+    check_bug(bug)
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    sampler_temp = SAMPLER_TEMP if bug == "sampler_temp" else cfg.sampler.temperature
+    ref_model = make_ref(model, cfg, bug)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.update.lr)
+    history = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        picked = [tasks[i] for i in torch.randperm(len(tasks), generator=gen)[: cfg.sampler.tasks_per_step].tolist()]
+        trajs = sample_groups(model, picked, tok, cfg.env, cfg.sampler, gen, temperature=sampler_temp)
+        batch = collate(trajs, tok.pad_id, cfg.sampler.group_size)
+        if hook is not None:
+            hook.before_update(step, model=model, optimizer=optimizer, batch=batch, generators={"train": gen})
+        update_stats = rl_update(model, optimizer, batch, cfg, bug, ref_model, gen)
+        row = {"step": step, **rollout_row(trajs, cfg.sampler.group_size), **update_stats}
+        if eval_tasks is not None and (step % eval_every == 0 or step == steps - 1):
+            row["eval_pass"] = evaluate(model, eval_tasks, tok, cfg, torch.Generator().manual_seed(step))["pass_rate"]
+        row["step_time"] = time.perf_counter() - t0
+        unknown = set(row) - set(METRICS) - {"step", "step_time"}
+        assert not unknown, f"metrics not named in rlbisect.metrics: {unknown}"
+        if hook is not None:
+            hook.after_update(step, row)
+        history.append(row)
+        if on_row is not None:
+            on_row(row)
+    return history
+
+
+def run(cfg: RLConfig, steps: int, bug: Optional[str] = None, eval_every: int = 8,
+        on_row: Optional[Callable[[dict], None]] = None, hook=None) -> list[dict]:
+    """A full run from the cached starting policy on the standard task split -> metric rows."""
+    from .base import make_base
+    from .tasks import make_tasks
+    from .tokenizer import build_tokenizer
+    check_bug(bug)
+    torch.set_num_threads(cfg.threads)
+    tok = build_tokenizer(make_tasks("all"))
+    model = make_base(tok)
+    return train(model, make_tasks("train"), tok, cfg, steps, bug, make_tasks("heldout"), eval_every, on_row, hook)

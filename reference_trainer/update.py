@@ -1,0 +1,97 @@
+"""One RL update: the reference model, the minibatch backward, and the optimizer loop.
+
+Four of the chapter's faults live here, where they live in real trainers: a reference that is the
+live policy (`make_ref`), an entropy term with the wrong sign and a gradient-accumulation normalizer
+that is local to each microbatch (`minibatch_backward`), and `old_logp` recomputed inside the
+minibatch loop (`rl_update`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .batch import prepare_batch
+from .faults import ENTROPY_COEF
+from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss
+from .policy import selected_log_probs
+
+
+def make_ref(model, cfg, bug=None):
+    """The frozen KL reference (None when kl_coef is 0)."""
+    if not cfg.update.kl_coef:
+        return None
+    if bug == "ref_is_policy":
+        return model
+    ref = copy.deepcopy(model).eval()
+    ref.requires_grad_(False)
+    return ref
+
+
+def _share(part_mask, mask, mode):
+    """Weight of one microbatch in the minibatch loss, so accumulated parts sum to the one-pass loss."""
+    if mode == "token_mean":
+        return float(part_mask.sum() / mask.sum().clamp(min=1))
+    return len(part_mask) / len(mask)
+
+
+def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None) -> dict:
+    """Loss and backward for one minibatch (gradients accumulate; no optimizer step) -> stats."""
+    u, temp, ids = cfg.update, cfg.sampler.temperature, batch["ids"]
+    if bug == "accum_local":   # a token-budget scheduler's microbatches, each normalized on its own
+        parts = rows[mask[rows].sum(-1).argsort()].chunk(4)
+        weights = [1 / len(parts)] * len(parts)
+    else:
+        parts = rows.chunk(u.microbatches)
+        weights = [_share(mask[p], mask[rows], u.loss_mode) for p in parts]
+    out = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "entropy": 0.0,
+           "ratio_max": float("-inf"), "ratio_min": float("inf")}
+    for part, w in zip(parts, weights):
+        m = mask[part]
+        logits = model(ids[part])[:, :-1] / temp                                  # [b, T-1, V]
+        logp = selected_log_probs(logits, ids[part, 1:])
+        loss, stats = policy_loss(logp, old_logp[part], advantages[part], m, u.clip_eps, u.loss_mode)
+        entropy = masked_mean(entropy_from_logits(logits), m)
+        if bug == "entropy_sign":
+            loss = loss + ENTROPY_COEF * entropy
+        elif u.entropy_coef:
+            loss = loss - u.entropy_coef * entropy
+        if ref_model is not None:
+            with torch.no_grad():
+                ref_logp = selected_log_probs(ref_model(ids[part])[:, :-1] / temp, ids[part, 1:])
+            kl = masked_mean(kl_penalty(logp, ref_logp, u.kl_kind), m)
+            loss = loss + u.kl_coef * kl
+            out["kl_ref"] = out.get("kl_ref", 0.0) + w * kl.item()
+        (w * loss).backward()
+        out["loss"] += w * loss.item()
+        out["entropy"] += w * entropy.item()
+        for k in ("clip_frac", "approx_kl"):
+            out[k] += w * stats[k]
+        out["ratio_max"] = max(out["ratio_max"], stats["ratio_max"])
+        out["ratio_min"] = min(out["ratio_min"], stats["ratio_min"])
+    return out
+
+
+def rl_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generator=None) -> dict:
+    """The PPO/GRPO update on one batch -> mean stats over minibatches, plus consistency metrics."""
+    u = cfg.update
+    mask, old_logp, advantages = prepare_batch(model, batch, cfg, bug)
+    trainer_logp = prepare_batch(model, batch, cfg)[1] if bug else old_logp     # clean recomputation
+    on = mask > 0
+    gap = (trainer_logp - batch["sample_logp"])[on].abs()                      # [N trained tokens]
+    prob_gap = (trainer_logp.exp() - batch["sample_logp"].exp())[on].abs()
+    logs = []
+    for _ in range(u.epochs):
+        for rows in torch.randperm(len(advantages), generator=generator).chunk(u.minibatches):
+            if bug == "stale_old_logp":   # the no-grad forward moved inside the minibatch loop
+                old_logp = prepare_batch(model, batch, cfg)[1]
+            optimizer.zero_grad()
+            stats = minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug, ref_model)
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), u.max_grad_norm))
+            optimizer.step()
+            logs.append(stats)
+    out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
+    empty = gap.numel() == 0
+    return dict(out, logp_gap=0.0 if empty else gap.mean().item(), logp_gap_max=0.0 if empty else gap.max().item(),
+                prob_gap=0.0 if empty else prob_gap.mean().item(), loss_tokens=mask.sum().item() / len(mask))

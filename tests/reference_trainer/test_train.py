@@ -1,0 +1,88 @@
+"""The acceptance numbers of the reference trainer, each fault against the healthy run of the same seed."""
+
+import functools
+
+import pytest
+
+from reference_trainer.config import make_config
+from reference_trainer.train import run
+from rlbisect.metrics import METRICS, comparable
+
+
+@functools.lru_cache(maxsize=None)
+def history(steps=24, bug=None, **knobs):
+    return tuple(run(make_config(**knobs), steps, bug))
+
+
+def mean(rows, key):
+    return sum(r[key] for r in rows) / len(rows)
+
+
+def test_rows_name_only_known_metrics_and_carry_the_required_keys():
+    required = ("step reward pass_rate eval_pass entropy approx_kl clip_frac ratio_max ratio_min grad_norm length "
+                "length_pass length_fail turns reads tests edits malformed hardcode submitted zero_adv_frac "
+                "logp_gap loss_tokens").split()
+    rows = history(6)
+    assert all(k in rows[0] for k in required) and "kl_ref" not in rows[0]
+    assert all(set(r) <= set(METRICS) | {"step", "step_time"} for r in rows)
+    assert "eval_pass" not in rows[1] and "eval_pass" in rows[-1]
+    assert "kl_ref" in history(2, kl_coef=0.1)[0]
+
+
+def test_same_seed_same_rows_bit_for_bit_and_another_seed_differs():
+    a, b = run(make_config(), 6), run(make_config(), 6)
+    assert [comparable(r) for r in a] == [comparable(r) for r in b]
+    c = run(make_config(seed=1), 6)
+    assert [r["reward"] for r in c] != [r["reward"] for r in a]
+
+
+def test_healthy_run_learns_to_read():
+    h = history()
+    assert h[0]["reward"] <= 0.3 and mean(h[-4:], "reward") >= 0.55
+    assert h[0]["eval_pass"] <= 0.25 and h[-1]["eval_pass"] >= 0.55
+    assert mean(h[-4:], "reads") >= 2 * mean(h[:4], "reads")
+    assert all(r["logp_gap"] < 1e-6 for r in h)
+
+
+def test_public_reward_is_hacked():
+    h = history(reward="public")
+    assert mean(h[-4:], "reward") >= 0.8 and mean(h[-4:], "hardcode") >= 0.7 and h[-1]["eval_pass"] <= 0.1
+
+
+def test_stale_old_logp_pins_clip_frac_and_ratio_max():
+    assert all(r["clip_frac"] == 0 and r["ratio_max"] == 1 for r in history(bug="stale_old_logp"))
+    assert any(r["clip_frac"] > 0 for r in history())
+
+
+def test_ref_is_policy_gives_zero_kl_and_the_healthy_run():
+    faulty, frozen = history(8, "ref_is_policy", kl_coef=0.1), history(8, kl_coef=0.1)
+    assert all(r["kl_ref"] == 0 for r in faulty) and all(r["kl_ref"] > 0 for r in frozen)
+    assert [r["reward"] for r in faulty] == [r["reward"] for r in history()[:8]]
+
+
+def test_mask_shift_shows_in_logp_gap_from_step_0():
+    assert history(8, "mask_shift")[0]["logp_gap"] > 1 and history()[0]["logp_gap"] < 1e-6
+
+
+def test_sampler_temp_kills_exploration():
+    h = history(bug="sampler_temp")
+    assert mean(h[-4:], "zero_adv_frac") >= 0.8 and mean(h[-4:], "reads") < 0.1
+
+
+def test_sign_flip_lowers_the_reward():
+    h = history(8, "sign_flip")
+    assert mean(h[-4:], "reward") < mean(h[:4], "reward")
+    assert mean(history()[4:8], "reward") > mean(history()[:4], "reward")
+
+
+def test_entropy_sign_collapses_entropy_before_the_policy_learns_to_read():
+    # A converged healthy policy has low entropy too; what separates collapse is that reads vanish
+    # and the flat groups are all-fail, not all-pass.
+    faulty, healthy = history(bug="entropy_sign")[-4:], history()[-4:]
+    assert mean(faulty, "entropy") < 0.1
+    assert mean(faulty, "reads") < 0.1 <= mean(healthy, "reads")
+    assert mean(faulty, "zero_adv_fail") > mean(healthy, "zero_adv_fail")
+
+
+def test_lr_1e2_moves_the_policy_far_on_the_first_step():
+    assert history(8, lr=1e-2)[0]["approx_kl"] >= 30 * history()[0]["approx_kl"]
