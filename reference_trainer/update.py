@@ -36,38 +36,45 @@ def _share(part_mask, mask, mode):
     return len(part_mask) / len(mask)
 
 
-def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None) -> dict:
-    """Loss and backward for one minibatch (gradients accumulate; no optimizer step) -> stats."""
+def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None):
+    """The loss of `rows` in one forward pass -> (loss tensor, stats). No backward."""
     u, temp, ids = cfg.update, cfg.sampler.temperature, batch["ids"]
+    m = mask[rows]
+    logits = model(ids[rows])[:, :-1] / temp                                  # [b, T-1, V]
+    logp = selected_log_probs(logits, ids[rows, 1:])
+    loss, stats = policy_loss(logp, old_logp[rows], advantages[rows], m, u.clip_eps, u.loss_mode)
+    entropy = masked_mean(entropy_from_logits(logits), m)
+    if bug == "entropy_sign":
+        loss = loss + ENTROPY_COEF * entropy
+    elif u.entropy_coef:
+        loss = loss - u.entropy_coef * entropy
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_logp = selected_log_probs(ref_model(ids[rows])[:, :-1] / temp, ids[rows, 1:])
+        kl = masked_mean(kl_penalty(logp, ref_logp, u.kl_kind), m)
+        loss = loss + u.kl_coef * kl
+        stats["kl_ref"] = kl.item()
+    stats["entropy"] = entropy.item()
+    return loss, stats
+
+
+def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None) -> dict:
+    """Loss and backward for one minibatch, accumulated over microbatches (no optimizer step) -> stats."""
+    mode = cfg.update.loss_mode
     if bug == "accum_local":   # a token-budget scheduler's microbatches, each normalized on its own
         parts = rows[mask[rows].sum(-1).argsort()].chunk(4)
         weights = [1 / len(parts)] * len(parts)
     else:
-        parts = rows.chunk(u.microbatches)
-        weights = [_share(mask[p], mask[rows], u.loss_mode) for p in parts]
-    out = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "entropy": 0.0,
-           "ratio_max": float("-inf"), "ratio_min": float("inf")}
+        parts = rows.chunk(cfg.update.microbatches)
+        weights = [_share(mask[p], mask[rows], mode) for p in parts]
+    out = {"loss": 0.0, "ratio_max": float("-inf"), "ratio_min": float("inf")}
     for part, w in zip(parts, weights):
-        m = mask[part]
-        logits = model(ids[part])[:, :-1] / temp                                  # [b, T-1, V]
-        logp = selected_log_probs(logits, ids[part, 1:])
-        loss, stats = policy_loss(logp, old_logp[part], advantages[part], m, u.clip_eps, u.loss_mode)
-        entropy = masked_mean(entropy_from_logits(logits), m)
-        if bug == "entropy_sign":
-            loss = loss + ENTROPY_COEF * entropy
-        elif u.entropy_coef:
-            loss = loss - u.entropy_coef * entropy
-        if ref_model is not None:
-            with torch.no_grad():
-                ref_logp = selected_log_probs(ref_model(ids[part])[:, :-1] / temp, ids[part, 1:])
-            kl = masked_mean(kl_penalty(logp, ref_logp, u.kl_kind), m)
-            loss = loss + u.kl_coef * kl
-            out["kl_ref"] = out.get("kl_ref", 0.0) + w * kl.item()
+        loss, stats = minibatch_loss(model, batch, part, mask, old_logp, advantages, cfg, bug, ref_model)
         (w * loss).backward()
         out["loss"] += w * loss.item()
-        out["entropy"] += w * entropy.item()
-        for k in ("clip_frac", "approx_kl"):
-            out[k] += w * stats[k]
+        for k in ("clip_frac", "approx_kl", "entropy", "kl_ref"):
+            if k in stats:
+                out[k] = out.get(k, 0.0) + w * stats[k]
         out["ratio_max"] = max(out["ratio_max"], stats["ratio_max"])
         out["ratio_min"] = min(out["ratio_min"], stats["ratio_min"])
     return out

@@ -1,0 +1,79 @@
+"""TinyAgent's implementation of rlbisect's TrainerAdapter: every probe point calls the trainer's
+own code (batch.prepare_batch, update.minibatch_loss / minibatch_backward / rl_update / make_ref),
+with an optional fault switched on, so the checker sees exactly what training would do.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from rlbisect.adapter import Prepared, Truth
+
+from .base import make_base
+from .batch import collate, pad_batch, prepare_batch, trainer_log_probs
+from .config import RLConfig, UpdateConfig
+from .faults import SAMPLER_TEMP, check_bug
+from .sampler import sample_groups
+from .tasks import make_tasks
+from .tokenizer import build_tokenizer
+from .update import make_ref, minibatch_backward, minibatch_loss, rl_update
+
+
+class ReferenceAdapter:
+    def __init__(self, episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None):
+        self.bug = check_bug(bug)
+        self.cfg = RLConfig(update=UpdateConfig(kl_coef=kl_coef or 0.0))
+        if episodes % self.cfg.sampler.group_size:
+            raise ValueError(f"episodes must be a multiple of the group size {self.cfg.sampler.group_size}")
+        self.episodes, self.seed = episodes, seed
+        torch.set_num_threads(self.cfg.threads)
+        self.tok = build_tokenizer(make_tasks("all"))
+        self._base = make_base(self.tok)
+
+    def policy(self):
+        return copy.deepcopy(self._base)
+
+    def probe_batch(self):
+        """Episodes of the starting policy on the first training tasks, sampled as the pipeline samples."""
+        cfg, G = self.cfg, self.cfg.sampler.group_size
+        tasks = [make_tasks("train")[i % 20] for i in range(self.episodes // G)]
+        temp = SAMPLER_TEMP if self.bug == "sampler_temp" else cfg.sampler.temperature
+        trajs = sample_groups(self._base, tasks, self.tok, cfg.env, cfg.sampler,
+                              torch.Generator().manual_seed(self.seed), temperature=temp)
+        batch = collate(trajs, self.tok.pad_id, G)
+        # The truth comes from the trajectories (the sampler's records), not from the collated mask.
+        P = batch["ids"].shape[1] - 1
+        owned = torch.tensor([[1.0 if o == 1 else 0.0 for o in t.owner[1:]] + [0.0] * (P - len(t.owner) + 1)
+                              for t in trajs])
+        sample_logp = torch.tensor([t.sample_logp[1:] + [0.0] * (P - len(t.owner) + 1) for t in trajs])
+        return batch, Truth(owned, sample_logp, torch.tensor([t.reward for t in trajs]), G)
+
+    def prepare(self, model, batch):
+        return Prepared(*prepare_batch(model, batch, self.cfg, self.bug))
+
+    def log_probs(self, model, batch):
+        with torch.no_grad():
+            return trainer_log_probs(model, batch["ids"], self.cfg.sampler.temperature)
+
+    def loss(self, model, batch, rows, prep):
+        return minibatch_loss(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg, self.bug)
+
+    def backward(self, model, batch, rows, prep):
+        return minibatch_backward(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg, self.bug)
+
+    def update(self, model, batch, ref):
+        opt = torch.optim.Adam(model.parameters(), lr=self.cfg.update.lr)
+        return rl_update(model, opt, batch, self.cfg, self.bug, ref, torch.Generator().manual_seed(0))
+
+    def make_ref(self, model):
+        return make_ref(model, self.cfg, self.bug)
+
+    def pad(self, batch, extra):
+        return pad_batch(batch, extra, self.tok.pad_id)
+
+
+def make_adapter(episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None) -> ReferenceAdapter:
+    """The factory `rlbisect check` uses when no --adapter is given."""
+    return ReferenceAdapter(episodes=episodes, seed=seed, kl_coef=kl_coef, bug=bug)
