@@ -43,7 +43,9 @@ def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None
     logits = model(ids[rows])[:, :-1] / temp                                  # [b, T-1, V]
     logp = selected_log_probs(logits, ids[rows, 1:])
     loss, stats = policy_loss(logp, old_logp[rows], advantages[rows], m, u.clip_eps, u.loss_mode)
-    entropy = masked_mean(entropy_from_logits(logits), m)
+    in_loss = bug == "entropy_sign" or u.entropy_coef > 0
+    with torch.set_grad_enabled(in_loss and torch.is_grad_enabled()):   # logged only: no graph
+        entropy = masked_mean(entropy_from_logits(logits), m)
     if bug == "entropy_sign":
         loss = loss + ENTROPY_COEF * entropy
     elif u.entropy_coef:

@@ -6,10 +6,10 @@ log-probability, a one-pass gradient, a fresh recomputation, advantages recomput
 
     1 mask = policy tokens              positions where the loss mask disagrees with the sampler's owners
     2 sampler = trainer log-prob        max |trainer logp - sampler logp| on the masked positions
-    3 ratio = 1 before any step         max |ratio - 1| in the trainer's first backward
+    3 ratio = 1 before any step         max |ratio - 1| in the trainer's backward of a first minibatch
     4 group advantage mean = 0          max |mean advantage| over groups
     5 loss invariant to padding         |loss(padded batch) - loss(batch)|
-    6 accumulated = one-pass gradient   |g_trainer - g_one_pass| / |g_one_pass|
+    6 accumulated = one-pass gradient   |g_trainer - g_one_pass| / |g_one_pass| on that minibatch
     7 old_logp frozen in the update     approx_kl over one real update (0 means ratio == 1 throughout)
     8 update raises log pi where A > 0  corr(change of log pi(episode), advantage) after one update
     9 KL to reference > 0 after a step  KL(policy || reference) after one update (skipped without a reference)
@@ -80,7 +80,11 @@ class CheckContext:
         self.adapter, self.t = adapter, thresholds
         self.model = adapter.policy()
         self.batch, self.truth = adapter.probe_batch()
-        self.rows = torch.arange(len(self.truth.rewards))
+        B = len(self.truth.rewards)
+        self.rows = torch.arange(B)
+        # Accumulation and the first-step ratio are properties of one minibatch: check them on a
+        # seeded random half of the rows, the unit a trainer accumulates over (and half the cost).
+        self.minibatch = torch.randperm(B, generator=torch.Generator().manual_seed(0))[: max(B // 2, 1)]
 
     @cached_property
     def prep(self) -> Prepared:
@@ -91,18 +95,18 @@ class CheckContext:
         return self.adapter.log_probs(self.model, self.batch)
 
     @cached_property
-    def one_pass(self) -> tuple[torch.Tensor, float]:          # (gradient, loss) in one backward
+    def one_pass(self) -> torch.Tensor:                        # the minibatch gradient in one backward
         self.model.zero_grad()
-        loss, _ = self.adapter.loss(self.model, self.batch, self.rows, self.prep)
+        loss, _ = self.adapter.loss(self.model, self.batch, self.minibatch, self.prep)
         loss.backward()
         grad = _flat_grad(self.model)
         self.model.zero_grad()
-        return grad, float(loss.detach())
+        return grad
 
     @cached_property
     def trainer_pass(self) -> tuple[torch.Tensor, dict]:       # (gradient, stats) by the trainer's backward
         self.model.zero_grad()
-        stats = self.adapter.backward(self.model, self.batch, self.rows, self.prep)
+        stats = self.adapter.backward(self.model, self.batch, self.minibatch, self.prep)
         grad = _flat_grad(self.model)
         self.model.zero_grad()
         return grad, stats
@@ -163,14 +167,15 @@ def _group_mean(ctx):
 def _padding(ctx):
     padded = ctx.adapter.pad(ctx.batch, 8)
     with torch.no_grad():
-        loss, _ = ctx.adapter.loss(ctx.model, padded, ctx.rows, ctx.adapter.prepare(ctx.model, padded))
-    value = abs(float(loss) - ctx.one_pass[1])
+        loss, _ = ctx.adapter.loss(ctx.model, ctx.batch, ctx.rows, ctx.prep)
+        padded_loss, _ = ctx.adapter.loss(ctx.model, padded, ctx.rows, ctx.adapter.prepare(ctx.model, padded))
+    value = abs(float(padded_loss) - float(loss))
     return value, value < ctx.t.padding
 
 
 @register_invariant("accumulated = one-pass gradient")
 def _accumulation(ctx):
-    full, accumulated = ctx.one_pass[0], ctx.trainer_pass[0]
+    full, accumulated = ctx.one_pass, ctx.trainer_pass[0]
     value = float((accumulated - full).norm() / full.norm().clamp(min=1e-30))
     return value, value < ctx.t.accumulation
 
