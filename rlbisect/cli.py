@@ -6,10 +6,198 @@ import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Regression hunting for RL training code: invariants, bisect, replayable steps.")
+_BUGS = ("mask_shift", "stale_old_logp", "entropy_sign", "sign_flip", "accum_local", "sampler_temp", "ref_is_policy")
+
+
+@app.command("train")
+def train_cmd(
+    steps: int = typer.Option(24, "--steps", min=1, help="RL steps (64 episodes each)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the training stream"),
+    eval_every: int = typer.Option(8, "--eval-every", min=1, help="held-out evaluation every N steps (and at the last)"),
+    out: str = typer.Option(None, "--out", help="write one JSON row per step to this file"),
+    bug: str = typer.Option(None, "--bug", help="inject a code fault: " + ", ".join(_BUGS)),
+    reward: str = typer.Option("hidden", "--reward", help="hidden (honest) or public (gameable) verifier"),
+    lr: float = typer.Option(None, "--lr", help="Adam learning rate (default 1e-3)"),
+    kl_coef: float = typer.Option(None, "--kl-coef", help="KL-to-reference weight (default 0: no reference)"),
+    max_turns: int = typer.Option(None, "--max-turns", help="policy calls per episode (default 6)"),
+    loss_mode: str = typer.Option(None, "--loss-mode", help="token_mean or seq_mean_token_mean"),
+    temperature: float = typer.Option(None, "--temperature", help="sampler and trainer temperature (default 1)"),
+    snapshot_dir: str = typer.Option(None, "--snapshot-dir", help="save replayable steps here when a detector fires"),
+    snapshot_every: int = typer.Option(None, "--snapshot-every", min=1, help="also save every K steps"),
+) -> None:
+    """Train TinyAgent from its behaviour-cloned starting policy and log one metric row per step.
+
+    Example: rlbisect train --steps 24 --seed 0 --eval-every 8 --out run.jsonl --bug mask_shift
+    """
+    from rlbisect.reference import train_main
+    raise typer.Exit(train_main(steps=steps, seed=seed, eval_every=eval_every, out=out, bug=bug, reward=reward,
+                                lr=lr, kl_coef=kl_coef, max_turns=max_turns, loss_mode=loss_mode,
+                                temperature=temperature, snapshot_dir=snapshot_dir, snapshot_every=snapshot_every))
+
+
+@app.command("check")
+def check_cmd(
+    adapter: str = typer.Option(None, "--adapter", help="MODULE:FACTORY or FILE.py:FACTORY (default: the reference trainer)"),
+    bug: str = typer.Option(None, "--bug", help="inject a code fault (adapters that accept `bug`)"),
+    episodes: int = typer.Option(64, "--episodes", min=1, help="episodes in the probe batch"),
+    seed: int = typer.Option(1, "--seed", help="seed of the probe batch"),
+    kl_coef: float = typer.Option(0.1, "--kl-coef", min=0, help="KL weight, so the reference check applies (0: none)"),
+    as_json: bool = typer.Option(False, "--json", help='print {check: {"value", "passed"}}'),
+    matrix: bool = typer.Option(False, "--matrix", help="run with no fault and with each of the seven code faults"),
+    plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
+) -> None:
+    """Run the nine step-0 invariants on one probe batch through the trainer's own code.
+
+    Exit 0 when every check passes, 1 when any fails, 2 when the checks could not run.
+
+    Example: rlbisect check --bug sign_flip          (or: --adapter my_trainer/rl_adapter.py:make_adapter)
+    """
+    import json
+
+    from rlbisect.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter
+    from rlbisect.invariants import as_json as to_json, check_matrix, sanity_checks
+    if plot and not matrix:
+        _fail("--plot draws the matrix: add --matrix")
+    spec = adapter or DEFAULT_ADAPTER
+
+    def make(fault):
+        return load_adapter(spec, episodes=episodes, seed=seed, kl_coef=kl_coef, bug=fault)
+    try:
+        if matrix:
+            results = check_matrix(make, [None, *_BUGS], on_row=None if as_json else _print_matrix_row)
+            table = {row: to_json(r) for row, r in results.items()}
+            if plot:
+                from rlbisect.plots import check_matrix as draw
+                draw(table, plot)
+            typer.echo(json.dumps(table, indent=2)) if as_json else None
+            raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
+        results = sanity_checks(make(bug))
+    except (AdapterError, ValueError) as e:
+        _fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(to_json(results), indent=2))
+    else:
+        for r in results.values():
+            typer.echo(f"{r.name:<34} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}")
+        failed = [r.name for r in results.values() if not r.passed]
+        typer.echo(f"FAILED: {'; '.join(failed)}" if failed else "all checks passed")
+    raise typer.Exit(0 if all(r.passed for r in results.values()) else 1)
+
+
+def _print_matrix_row(fault, results) -> None:
+    cells = " ".join(f"{'ok' if r.passed else 'FAIL':>4}" for r in results.values())
+    typer.echo(f"{fault or 'none':<15} {cells}")
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"rlbisect: error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command("plot")
+def plot_cmd(
+    runs: list[str] = typer.Argument(..., metavar="RUN.jsonl...", help="runs written by `rlbisect train --out`; the first is the healthy reference"),
+    out: str = typer.Option("dashboard.png", "--out", help="PNG to write"),
+    metrics: str = typer.Option(None, "--metrics", help="comma-separated metrics under the reward panel"),
+) -> None:
+    """Draw the dashboard: per run, the training reward on top and the exposing metrics below, the
+    healthy (first) run drawn beside each other run.
+
+    Example: rlbisect plot healthy.jsonl mask_shift.jsonl --metrics logp_gap,grad_norm --out dash.png
+    """
+    import json
+    from pathlib import Path
+
+    from rlbisect.metrics import DEFAULT_PANELS
+    from rlbisect.plots import dashboard
+    loaded = {}
+    for path in runs:
+        try:
+            loaded[Path(path).stem] = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as e:
+            _fail(f"{path}: {e}".splitlines()[0])
+        if not loaded[Path(path).stem] or "reward" not in loaded[Path(path).stem][0]:
+            _fail(f"{path}: not a run written by `rlbisect train --out` (no reward column)")
+    chosen = tuple(m.strip() for m in metrics.split(",")) if metrics else DEFAULT_PANELS
+    typer.echo(f"wrote {dashboard(loaded, out, chosen)}")
+
+
+@app.command("inspect")
+def inspect_cmd(path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
+                as_json: bool = typer.Option(False, "--json", help="print JSON instead of text")) -> None:
+    """Print a snapshot's metadata: step, code identity, torch, config, stats, tensors, and which
+    detector fired and why. Exit 2 with a one-line error for a file that is not a valid snapshot.
+
+    Example: rlbisect inspect snapshots/step-000003.pt --json
+    """
+    import json
+
+    from rlbisect.snapshot import SnapshotError, describe, load_snapshot, render_text
+    try:
+        info = describe(load_snapshot(path))
+    except SnapshotError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    typer.echo(json.dumps(info, indent=2) if as_json else render_text(info))
+
+
+@app.command("run")
+def run_cmd(
+    range_spec: str = typer.Argument(..., metavar="GOOD..BAD", help="known-good and known-bad revisions"),
+    command: list[str] = typer.Argument(None, metavar="[-- CMD ARGS...]",
+                                        help="predicate command, run in each probe's worktree"),
+    repo: str = typer.Option(".", "--repo", help="the git repository (default: current directory)"),
+    predicate: str = typer.Option(None, "--predicate", help="predicate NAME[:ARG] (default: the command after --)"),
+    adapter: str = typer.Option(None, "--adapter", help="trainer adapter module:factory, for predicates that use one"),
+    first_parent: bool = typer.Option(False, "--first-parent", help="follow only first parents of merges (git bisect --first-parent)"),
+    timeout: float = typer.Option(None, "--timeout", help="seconds per probe; a probe that runs longer is skipped, never bad"),
+    json_path: str = typer.Option(None, "--json", help="write the result as JSON to this file"),
+    report_path: str = typer.Option(None, "--report", help="write a markdown report to this file"),
+    plot_path: str = typer.Option(None, "--plot", help="write a PNG timeline of the probes to this file"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write .git/rlbisect/cache.jsonl"),
+) -> None:
+    """Find the first bad commit in GOOD..BAD with a real git bisect. Probes run in temporary
+    worktrees: your working tree, index, HEAD, branch and refs are never touched.
+
+    With -- CMD the command decides, as in git bisect run: exit 0 good, 125 skip, 1-127 bad, 128+ aborts.
+
+    Exit 0 found, 3 only skipped commits left (all listed), 2 bad input, 4 predicate aborted, 130/143 interrupted.
+
+    Results are cached by tree in .git/rlbisect/ (the one place rlbisect writes in your repository).
+
+    Example: rlbisect run v1.2..main --timeout 600 --json bisect.json -- pytest -x tests/test_loss.py
+    """
+    from pathlib import Path
+
+    from rlbisect.bisect.report import run_and_report
+    code = run_and_report(range_spec, list(command or []), repo=Path(repo), predicate=predicate,
+                          first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
+                          json_path=Path(json_path) if json_path else None,
+                          report_path=Path(report_path) if report_path else None,
+                          plot_path=Path(plot_path) if plot_path else None,
+                          options={"adapter": adapter} if adapter else None)
+    raise typer.Exit(code)
 
 
 def main() -> None:
-    app()
+    """Console entry point: usage errors become one line on stderr and exit 2 (no usage box)."""
+    import sys
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:
+        # typer vendors its own click; its usage errors all carry format_message()
+        if type(e).__name__ not in ("UsageError", "BadParameter", "NoSuchOption", "MissingParameter",
+                                    "BadOptionUsage", "BadArgumentUsage", "NoArgsIsHelpError"):
+            raise
+        if e.format_message():   # NoArgsIsHelpError has already printed the help
+            typer.echo(f"rlbisect: error: {e.format_message()}", err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
