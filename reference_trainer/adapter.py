@@ -39,7 +39,7 @@ class ReferenceAdapter:
         """Episodes of the starting policy on the first training tasks, sampled as the pipeline samples."""
         cfg, G = self.cfg, self.cfg.sampler.group_size
         tasks = [make_tasks("train")[i % 20] for i in range(self.episodes // G)]
-        temp = SAMPLER_TEMP if self.bug == "sampler_temp" else cfg.sampler.temperature
+        temp = SAMPLER_TEMP if self.bug == "sampler_temp" else None      # None: the sampler's own setting
         trajs = sample_groups(self._base, tasks, self.tok, cfg.env, cfg.sampler,
                               torch.Generator().manual_seed(self.seed), temperature=temp)
         batch = collate(trajs, self.tok.pad_id, G)

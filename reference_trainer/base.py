@@ -20,13 +20,15 @@ from pathlib import Path
 import torch
 
 from .config import BaseConfig, EnvConfig, PolicyConfig
-from .env import Env
+from .env import OWNER, Env, Trajectory
 from .policy import Policy
-from .sampler import OWNER, Trajectory
 from .tasks import N_FIXES, Task, make_tasks
 from .tokenizer import Tokenizer, build_tokenizer
 
-_SOURCES = ("tasks.py", "tokenizer.py", "env.py", "policy.py", "base.py", "sampler.py", "batch.py")
+# Everything the cloned weights depend on (and nothing else, so that a change to the trainer,
+# the sampler or the batching reuses the cached policy): keep in step with this module's imports.
+# (Config values enter the key through their JSON dumps.)
+_SOURCES = ("tasks.py", "tokenizer.py", "env.py", "policy.py", "base.py")
 MALFORMED_CALLS = ["<call> edit <end>", "<call> submit read <end>", "<call> fix <end>", "<call> read test test"]
 
 
@@ -80,15 +82,25 @@ def demonstrations(tasks: list[Task], tok: Tokenizer, cfg: BaseConfig, env_cfg: 
 
 
 def clone(demos: list[Trajectory], tok: Tokenizer, cfg: BaseConfig, policy_cfg: PolicyConfig) -> Policy:
-    """Cross-entropy on the policy-owned tokens of the demonstrations."""
-    from .batch import pad_rows
+    """Cross-entropy on the policy-owned tokens of the demonstrations (always on one thread: the
+    cached weights must not depend on the machine's core count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _clone(demos, tok, cfg, policy_cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _clone(demos, tok, cfg, policy_cfg) -> Policy:
     torch.manual_seed(cfg.seed)
     model = Policy(len(tok), policy_cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
     T = max(len(d.ids) for d in demos)
-    ids = pad_rows([d.ids for d in demos], T, tok.pad_id)                    # [N, T]
-    mask = (pad_rows([d.owner for d in demos], T, OWNER["pad"])[:, 1:] == OWNER["policy"]).float()
+    ids = torch.tensor([d.ids + [tok.pad_id] * (T - len(d.ids)) for d in demos])                     # [N, T]
+    owner = torch.tensor([d.owner + [OWNER["pad"]] * (T - len(d.owner)) for d in demos])
+    mask = (owner[:, 1:] == OWNER["policy"]).float()                                                  # [N, T-1]
     for _ in range(cfg.epochs):
         for rows in torch.randperm(len(demos), generator=gen).split(cfg.batch_size):
             logits = model(ids[rows])[:, :-1]

@@ -21,6 +21,9 @@ from .tasks import N_FIXES, Task, hardcoded, passes
 from .tokenizer import Tokenizer
 
 
+OWNER = {"pad": -1, "prompt": 0, "policy": 1, "env": 2}   # who wrote a token
+
+
 @dataclass
 class EpisodeInfo:
     task: str
@@ -31,6 +34,20 @@ class EpisodeInfo:
     public_pass: bool = False
     hidden_pass: bool = False
     reward: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    """One episode as a token sequence, with the owner and sampler log-prob of every token."""
+
+    ids: list[int]
+    owner: list[int]          # OWNER code per token
+    sample_logp: list[float]  # sampler log-prob of each policy token, 0 elsewhere
+    info: EpisodeInfo
+
+    @property
+    def reward(self) -> float:
+        return self.info.reward
 
 
 class Env:

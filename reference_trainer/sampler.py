@@ -9,28 +9,14 @@ the sampler gave it at its temperature (0 elsewhere), which is what the trainer 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from .config import EnvConfig, SamplerConfig
-from .env import Env, EpisodeInfo
+from .env import OWNER, Env, Trajectory
 from .tasks import Task
 from .tokenizer import Tokenizer
 
-OWNER = {"pad": -1, "prompt": 0, "policy": 1, "env": 2}
-
-
-@dataclass
-class Trajectory:
-    ids: list[int]
-    owner: list[int]          # OWNER code per token
-    sample_logp: list[float]  # sampler log-prob of each policy token, 0 elsewhere
-    info: EpisodeInfo
-
-    @property
-    def reward(self) -> float:
-        return self.info.reward
+__all__ = ["OWNER", "Trajectory", "sample_episodes", "sample_groups"]
 
 
 @torch.no_grad()

@@ -73,7 +73,7 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    sampler_temp = SAMPLER_TEMP if bug == "sampler_temp" else cfg.sampler.temperature
+    sampler_temp = SAMPLER_TEMP if bug == "sampler_temp" else None   # None: the sampler's own setting
     ref_model = make_ref(model, cfg, bug)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.update.lr)
     history = []

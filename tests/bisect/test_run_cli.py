@@ -1,0 +1,164 @@
+"""`rlbisect run` in-process: git's own bisect scenarios (t6030) re-expressed, exit codes, files."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+KEYS = {"good", "bad", "first_bad", "candidates", "n_probes", "probes", "bisect_log"}
+
+
+def test_finds_the_first_bad_commit_and_writes_every_output(tiny_repo, run_cli, state_cmd,
+                                                             tmp_path):
+    r = tiny_repo(["good"] * 5 + ["bad"] * 4)
+    before = r.snapshot()
+    md, png = tmp_path / "report.md", tmp_path / "timeline.png"
+    code, out, data = run_cli(["main~8..main", "--repo", str(r.path), "--report", str(md),
+                               "--plot", str(png), "--", *state_cmd])
+    assert code == 0, out
+    assert KEYS <= set(data)
+    assert data["first_bad"] == r.shas[5] and data["candidates"] == [r.shas[5]]
+    assert data["good"] == r.shas[0] and data["bad"] == r.shas[8]
+    assert data["n_probes"] == len(data["probes"]) == 3  # ceil(log2(8))
+    assert {"commit", "verdict", "seconds", "values"} <= set(data["probes"][0])
+    assert data["probes"][0]["values"] == {"exit_code": 0.0 if data["probes"][0]["verdict"] ==
+                                           "good" else 1.0}
+    assert f"{r.shas[5]} is the first bad commit" in out and "c5 bad" in out
+    assert f"# first bad commit: [{r.shas[5]}]" in data["bisect_log"]
+    assert "First bad commit" in md.read_text() and "git bisect log" in md.read_text()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert r.snapshot() == before
+
+
+def test_only_skipped_commits_left_lists_every_candidate(tiny_repo, run_cli, state_cmd):
+    r = tiny_repo(["good", "good", "skip", "skip", "skip", "bad", "bad"])
+    code, out, data = run_cli(["main~6..main", "--repo", str(r.path), "--", *state_cmd])
+    assert code == 3
+    assert data["first_bad"] is None
+    assert set(data["candidates"]) == {r.shas[2], r.shas[3], r.shas[4], r.shas[5]}
+    assert "could be any of" in out and all(s in out for s in data["candidates"])
+    assert "# only skipped commits left to test" in data["bisect_log"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["nosuch..main", "--", "true"], "unknown revision 'nosuch'"),
+    (["main..main~3", "--", "true"], "did you swap them?"),
+    (["main..main", "--", "true"], "empty range"),
+    (["main", "--", "true"], "expected GOOD..BAD"),
+    (["main~3..main", "--predicate", "nope"], "unknown predicate 'nope' (known: command"),
+    (["main~3..main", "--predicate", "command"], "needs a command"),
+    (["main~3..main", "--timeout", "0", "--", "true"], "--timeout must be"),
+])
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(tiny_repo, run_cli, args, needle):
+    r = tiny_repo(["good", "good", "bad", "bad"])
+    before = r.snapshot()
+    code, out, data = run_cli(["--repo", str(r.path), *args])
+    assert code == 2 and data is None
+    assert needle in out and len(out.strip().splitlines()) == 1 and "Traceback" not in out
+    assert r.snapshot() == before
+    assert not (r.path / ".git" / "rlbisect").exists()
+
+
+def test_not_a_git_repository_exits_2(tmp_path, run_cli):
+    code, out, _ = run_cli(["a..b", "--repo", str(tmp_path), "--", "true"])
+    assert code == 2 and "not a git repository" in out
+
+
+def test_exit_125_skips_like_git(tiny_repo, run_cli, state_cmd):
+    r = tiny_repo(["good", "good", "good", "skip", "good", "bad", "bad"])
+    code, _, data = run_cli(["main~6..main", "--repo", str(r.path), "--", *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[5]
+    assert [p["verdict"] for p in data["probes"] if p["commit"] == r.shas[3]] == ["skip"]
+    assert f"git bisect skip {r.shas[3]}" in data["bisect_log"]
+
+
+@pytest.mark.parametrize("code", [126, 127])
+def test_exit_126_and_127_are_bad_when_good_answers_differently(tiny_repo, run_cli, state_cmd,
+                                                               code):
+    # t6030 "bisect run accepts exit code 126/127 as bad"
+    r = tiny_repo(["good", "good", "good", str(code), str(code), str(code)])
+    rc, out, data = run_cli(["main~5..main", "--repo", str(r.path), "--", *state_cmd])
+    assert rc == 0 and data["first_bad"] == r.shas[3], out
+
+
+def test_a_command_that_cannot_run_aborts_instead_of_blaming_a_commit(tiny_repo, run_cli):
+    # t6030 "bisect run fails with non-executable test script": 126/127 on GOOD too.
+    r = tiny_repo(["good", "good", "bad", "bad"])
+    before = r.snapshot()
+    rc, out, data = run_cli(["main~3..main", "--repo", str(r.path), "--", "./missing.sh"])
+    assert rc == 4 and "bogus exit code 127 on GOOD too" in out
+    assert data["first_bad"] is None and data["status"] == "aborted"
+    assert r.snapshot() == before
+
+
+@pytest.mark.parametrize("code", [128, 255])
+def test_exit_128_and_above_abort(tiny_repo, run_cli, state_cmd, code):
+    r = tiny_repo(["good"] + [str(code)] * 5)
+    before = r.snapshot()
+    rc, out, data = run_cli(["main~5..main", "--repo", str(r.path), "--", *state_cmd])
+    assert rc == 4 and f"exit {code}" in out and "abort" in out
+    assert data["status"] == "aborted" and data["first_bad"] is None
+    assert data["probes"][-1]["verdict"] == "abort"
+    assert r.snapshot() == before
+
+
+def test_timeout_is_skip_never_bad(tiny_repo, run_cli, tmp_path):
+    r = tiny_repo(["good", "good", "bad", "bad", "bad"])
+    cmd = ["sh", "-c", 'test "$(cat n)" = 2 && sleep 30; test "$(cat state)" = good']
+    rc, out, data = run_cli(["main~4..main", "--repo", str(r.path), "--timeout", "0.5",
+                             "--", *cmd])
+    timed = [p for p in data["probes"] if "timed out" in p["reason"]]
+    assert timed and all(p["verdict"] == "skip" for p in timed)
+    assert rc == 3 and set(data["candidates"]) == {r.shas[2], r.shas[3]}
+
+
+def test_first_parent_names_the_merge_on_the_mainline(tiny_repo, run_cli, state_cmd):
+    # t6030 "bisect start --first-parent": the side branch broke it; the merge brought it in.
+    #   c0 - c1 ------ c4(merge) - c5      c2 - c3 on the side branch off c0
+    r = tiny_repo(["good", "good", "good", "bad", "bad", "bad"],
+                  parents=[[], [0], [0], [2], [1, 3], [4]])
+    rc, _, fp = run_cli(["main~2..main", "--repo", str(r.path), "--first-parent",
+                         "--no-cache", "--", *state_cmd])
+    assert rc == 0 and fp["first_bad"] == r.shas[4]
+    assert all(p["commit"] not in (r.shas[2], r.shas[3]) for p in fp["probes"])
+    rc, _, full = run_cli([f"{r.shas[0]}..main", "--repo", str(r.path), "--no-cache",
+                           "--", *state_cmd])
+    assert rc == 0 and full["first_bad"] == r.shas[3]
+
+
+def test_the_captured_log_replays_to_the_same_result(tiny_repo, run_cli, state_cmd, tmp_path):
+    r = tiny_repo(["good", "good", "skip", "good", "bad", "bad", "bad", "bad"])
+    _, _, data = run_cli(["main~7..main", "--repo", str(r.path), "--", *state_cmd])
+    log = tmp_path / "bisect.log"
+    log.write_text(data["bisect_log"])
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(r.path), str(clone)], check=True)
+    out = subprocess.run(["git", "bisect", "replay", str(log)], cwd=clone, capture_output=True,
+                         text=True)
+    assert f"{data['first_bad']} is the first bad commit" in out.stdout
+    assert data["first_bad"] == r.shas[4]
+
+
+def test_range_of_one_commit_needs_no_probe(tiny_repo, run_cli, state_cmd):
+    r = tiny_repo(["good", "bad"])
+    rc, out, data = run_cli(["main~1..main", "--repo", str(r.path), "--", *state_cmd])
+    assert rc == 0 and data["first_bad"] == r.shas[1] and data["n_probes"] == 0
+
+
+def test_a_bisect_in_progress_in_the_users_worktree_is_left_alone(tiny_repo, run_cli, state_cmd):
+    r = tiny_repo(["good", "good", "good", "bad", "bad", "bad"])
+    r.git("bisect", "start", "--no-checkout", "main", "main~5")
+    users_log = r.git("bisect", "log")
+    before = r.snapshot()
+    code, _, data = run_cli(["main~5..main", "--repo", str(r.path), "--", *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[3]
+    assert r.snapshot() == before and r.git("bisect", "log") == users_log
+
+
+def test_help_is_the_docstring_with_an_example():
+    from typer.testing import CliRunner
+
+    from rlbisect.cli import app
+    out = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    assert "Example: rlbisect run" in out and "--first-parent" in out and "125 skip" in out

@@ -1,0 +1,121 @@
+"""Kill tests: SIGINT / SIGTERM to a running `rlbisect run` during a probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+
+def live_members(pgid: int, settle: float = 0.0) -> list[int]:
+    """Processes of group ``pgid`` that are not zombies (PID 1 here may not reap orphans).
+
+    With ``settle``, wait up to that long for them to go (a SIGKILL takes a moment).
+    """
+    deadline = time.monotonic() + settle
+    while (found := _members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
+
+def _members(pgid: int) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(d.name))
+    return found
+
+
+def start_rlbisect(repo: Path, cmd: list[str], *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rlbisect.cli", "run", "main~7..main",
+                             "--repo", str(repo), *extra, "--", *cmd],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 30) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        if proc.poll() is not None:
+            raise AssertionError(f"rlbisect exited early: {proc.communicate()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the predicate never started")
+
+
+@pytest.mark.parametrize("sig,code,trap", [
+    (signal.SIGINT, 130, ""),
+    (signal.SIGTERM, 143, ""),
+    (signal.SIGTERM, 143, "trap '' TERM INT; "),  # a predicate that ignores SIGTERM gets SIGKILL
+])
+def test_signal_during_a_probe_cleans_up_everything(tiny_repo, tmp_path, sig, code, trap):
+    r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    before = r.snapshot()
+    pidfile = tmp_path / "predicate.pid"
+    proc = start_rlbisect(r.path, ["sh", "-c", f"{trap}echo $$ > {pidfile}; sleep 60 & wait"],
+                          "--json", str(tmp_path / "partial.json"))
+    pgid = int(wait_for(pidfile, proc))
+    assert live_members(pgid)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == code, (out, err)
+    assert "interrupted by" in out and "Traceback" not in err
+    partial = json.loads((tmp_path / "partial.json").read_text())
+    assert partial["status"] == "interrupted" and partial["exit_code"] == code
+    assert partial["first_bad"] is None and partial["n_probes"] == 0
+    assert live_members(pgid, settle=2.0) == []
+    assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))
+    assert r.git("worktree", "list").count("\n") == 1
+    assert r.snapshot() == before
+
+
+def test_interrupted_probe_is_not_cached_and_a_restart_completes(tiny_repo, tmp_path):
+    r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    pidfile = tmp_path / "pid"
+    block = tmp_path / "block"
+    block.touch()
+    cmd = ["sh", "-c", f'if [ -e {block} ]; then echo $$ > {pidfile}; sleep 60; fi; '
+                       'test "$(cat state)" = good']
+    proc = start_rlbisect(r.path, cmd)
+    wait_for(pidfile, proc)
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=20) == 130
+    block.unlink()
+    again = start_rlbisect(r.path, cmd, "--json", str(tmp_path / "out.json"))
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0, (out, err)
+    assert f"{r.shas[4]} is the first bad commit" in out
+    first = json.loads((tmp_path / "out.json").read_text())["probes"][0]
+    assert first["verdict"] in ("good", "bad") and not first["cached"]
+
+
+def test_leftovers_of_a_sigkilled_run_are_swept_by_the_next_run(tiny_repo, tmp_path):
+    r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    pidfile = tmp_path / "pid"
+    proc = start_rlbisect(r.path, ["sh", "-c", f"echo $$ > {pidfile}; sleep 60"])
+    pgid = int(wait_for(pidfile, proc))
+    proc.kill()  # SIGKILL: no chance to clean up
+    proc.wait(timeout=10)
+    os.killpg(pgid, signal.SIGKILL)
+    assert list((r.path / ".git" / "worktrees").glob(f"rlbisect-{proc.pid}-*"))
+    assert list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))
+    again = start_rlbisect(r.path, ["sh", "-c", 'test "$(cat state)" = good'])
+    out, _ = again.communicate(timeout=60)
+    assert again.returncode == 0 and f"{r.shas[4]} is the first bad commit" in out
+    assert not (r.path / ".git" / "worktrees").exists()
+    assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))
+    assert r.git("worktree", "list").count("\n") == 1

@@ -1,0 +1,93 @@
+"""Property test: `rlbisect run` names what plain `git bisect run` names, and changes nothing.
+
+Random histories (linear, with merges, with runs of untestable commits exiting 125), seeded.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+
+import pytest
+
+from rlbisect.bisect.search import BisectState
+
+SEED = 20240229
+
+
+def random_history(rng: random.Random) -> tuple[list[str], list[list[int]], bool]:
+    """States and parent lists for a random DAG; commit 0 is GOOD, the last commit is BAD."""
+    n = rng.randint(4, 40)
+    merges = rng.random() < 0.6
+    parents: list[list[int]] = [[]]
+    heads = [0]
+    for i in range(1, n):
+        first = rng.choice(heads) if merges else i - 1
+        ps = [first]
+        others = [h for h in heads if h != first]
+        if merges and others and rng.random() < 0.3:
+            ps.append(rng.choice(others))
+            heads.remove(ps[1])
+        if merges and rng.random() < 0.3:
+            heads.append(i)
+        else:
+            heads = [h for h in heads if h != first] + [i]
+        parents.append(ps)
+    if len(heads) > 1:  # one tip that merges every open branch
+        parents.append(list(heads))
+        n += 1
+    reach = [set() for _ in range(n)]
+    for i in range(n):
+        reach[i] = {i}.union(*(reach[p] for p in parents[i]))
+    culprit = rng.randint(1, n - 1)
+    states = ["bad" if culprit in reach[i] else "good" for i in range(n)]
+    if rng.random() < 0.6:  # a run of untestable commits
+        # often right at the culprit, where git can only answer with a candidate list
+        a = min(culprit, n - 2) if rng.random() < 0.4 else rng.randint(1, n - 2)
+        for i in range(a, min(n - 1, a + rng.randint(1, 5))):
+            states[i] = "skip"
+    if rng.random() < 0.2:  # a noisy, non-monotone verdict
+        states[rng.randint(1, n - 2)] = rng.choice(["good", "bad"])
+    states[0], states[-1] = "good", "bad"
+    return states, parents, merges and rng.random() < 0.4
+
+
+def git_bisect_run(clone, good: str, bad: str, first_parent: bool, cmd: list[str]):
+    fp = ["--first-parent"] if first_parent else []
+    subprocess.run(["git", "bisect", "start", *fp, bad, good], cwd=clone, check=True,
+                   capture_output=True)
+    out = subprocess.run(["git", "bisect", "run", *cmd], cwd=clone, capture_output=True,
+                         text=True).stdout
+    found = re.search(r"^([0-9a-f]{40}) is the first bad commit", out, re.M)
+    if found:
+        return found[1], [found[1]]
+    body = out.split("could be any of:", 1)[1].split("We cannot bisect more", 1)[0]
+    return None, re.findall(r"^([0-9a-f]{40})$", body, re.M)
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_same_answer_as_git_bisect_run(tiny_repo, run_cli, state_cmd, tmp_path, case):
+    rng = random.Random(SEED + case)
+    states, parents, first_parent = random_history(rng)
+    r = tiny_repo(states, parents)
+    good, bad = r.shas[0], r.shas[-1]
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(r.path), str(clone)], check=True)
+    want_first, want_candidates = git_bisect_run(clone, good, bad, first_parent, state_cmd)
+
+    before = r.snapshot()
+    args = [f"{good}..{bad}", "--repo", str(r.path), "--no-cache"]
+    code, out, data = run_cli([*args, *(["--first-parent"] if first_parent else []),
+                               "--", *state_cmd])
+    assert r.snapshot() == before
+    assert data["first_bad"] == want_first, out
+    assert set(data["candidates"]) == set(want_candidates)
+    assert code == (0 if want_first else 3)
+
+    # The pure search module, fed the same verdicts, agrees with git on the candidates.
+    hist = {sha: tuple(ps) for sha, ps in zip(r.shas, [[r.shas[p] for p in ps] for ps in parents])}
+    mirror = BisectState(hist, {good}, bad, first_parent)
+    for p in data["probes"]:
+        mirror.mark(p["commit"], p["verdict"])
+    assert set(mirror.candidates()) == set(want_candidates)

@@ -1,0 +1,103 @@
+"""Shared fixtures. ``tiny_repo`` builds real git repositories in ``tmp_path``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pytest
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "Tiny", "GIT_AUTHOR_EMAIL": "tiny@example.com",
+           "GIT_COMMITTER_NAME": "Tiny", "GIT_COMMITTER_EMAIL": "tiny@example.com",
+           "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    """Run git in ``cwd`` and return stdout (raises on failure when ``check``)."""
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                       env={**os.environ, **GIT_ENV})
+    if check and r.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {r.stderr}")
+    return r.stdout
+
+
+@dataclass
+class TinyRepo:
+    """A repository whose commit ``i`` has a file ``state`` (good/bad/skip/...) and ``n`` = i."""
+
+    path: Path
+    shas: list[str]          # commit ids in creation order; shas[0] is the root
+
+    def git(self, *args: str, check: bool = True) -> str:
+        return git(self.path, *args, check=check)
+
+    def snapshot(self) -> dict[str, str]:
+        """Every byte that makes up the repository's state, except ``.git/rlbisect/``.
+
+        Covers HEAD, branch, index, refs, packed-refs, BISECT_*, worktrees/, objects and the
+        working tree including untracked files; plus ``git worktree list`` (read-only).
+        """
+        out: dict[str, str] = {}
+        for root, dirs, files in os.walk(self.path):
+            rel = Path(root).relative_to(self.path)
+            if rel == Path(".git"):
+                dirs[:] = [d for d in dirs if d != "rlbisect"]
+            out[f"{rel}/"] = "dir"
+            for f in files:
+                p = Path(root) / f
+                out[str(rel / f)] = ("link:" + os.readlink(p) if p.is_symlink()
+                                     else hashlib.sha256(p.read_bytes()).hexdigest())
+        out["<worktree list>"] = self.git("worktree", "list", "--porcelain")
+        return out
+
+
+def build_repo(path: Path, states: Sequence[str],
+               parents: Sequence[Sequence[int]] | None = None, dirty: bool = True) -> TinyRepo:
+    """Build a repository in one ``git fast-import``: commit i holds ``state`` = states[i].
+
+    ``parents[i]`` lists the parent indices of commit i (default: a line). The branch ``main``
+    points at the last commit, which is checked out. ``dirty`` adds an untracked file, a
+    modified tracked file and a staged file, so tests see them survive untouched.
+    """
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    parents = parents or [[i - 1] if i else [] for i in range(len(states))]
+    stream = []
+    for i, (state, ps) in enumerate(zip(states, parents)):
+        msg = f"c{i} {state}\n"
+        when = 1_700_000_000 + 60 * i
+        stream.append(f"commit refs/heads/main\nmark :{i + 1}\n"
+                      f"committer Tiny <tiny@example.com> {when} +0000\n"
+                      f"data {len(msg.encode())}\n{msg}")
+        if ps:
+            stream.append(f"from :{ps[0] + 1}\n" + "".join(f"merge :{p + 1}\n" for p in ps[1:]))
+        stream.append("deleteall\n")
+        for name, body in (("state", f"{state}\n"), ("n", f"{i}\n")):
+            stream.append(f"M 100644 inline {name}\ndata {len(body.encode())}\n{body}")
+        stream.append("\n")
+    marks = path / ".git" / "marks"
+    subprocess.run(["git", "fast-import", "--quiet", f"--export-marks={marks}"], cwd=path,
+                   input="".join(stream), text=True, check=True, env={**os.environ, **GIT_ENV})
+    by_mark = dict(ln.split() for ln in marks.read_text().splitlines())
+    marks.unlink()
+    shas = [by_mark[f":{i + 1}"] for i in range(len(states))]
+    git(path, "reset", "-q", "--hard", "main")
+    if dirty:
+        (path / "untracked.txt").write_text("not in git\n")
+        (path / "n").write_text("modified but not staged\n")
+        (path / "staged.txt").write_text("staged\n")
+        git(path, "add", "staged.txt")
+    return TinyRepo(path, shas)
+
+
+@pytest.fixture
+def tiny_repo(tmp_path: Path) -> Callable[..., TinyRepo]:
+    """Factory: ``tiny_repo(["good", "good", "bad"], parents=None, dirty=True, name="repo")``."""
+    def make(states: Sequence[str], parents: Sequence[Sequence[int]] | None = None,
+             dirty: bool = True, name: str = "repo") -> TinyRepo:
+        return build_repo(tmp_path / name, states, parents, dirty)
+    return make
