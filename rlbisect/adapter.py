@@ -11,6 +11,8 @@ Everything the checker reads is a plain tensor; the trainer's own batch object i
 Write an adapter once, in your repository or in a file outside its history, and point rlbisect at
 it with `--adapter package.module:factory` or `--adapter path/to/file.py:factory`. The factory is
 called with the keyword arguments it accepts among `episodes`, `seed`, `kl_coef` and `bug`.
+A FILE.py adapter is run as a standalone module, with its own folder first on `sys.path` so it can
+import the trainer modules beside it by absolute name (`import my_trainer`, not `from . import`).
 See `reference_trainer/adapter.py` for a complete example and the README for a walk-through.
 """
 
@@ -76,7 +78,7 @@ class TrainerAdapter(Protocol):
         """The trainer's KL reference for `model`, or None when it uses no KL term."""
 
     def pad(self, batch: Any, extra: int) -> Any:
-        """The same batch with `extra` more positions of right padding."""
+        """The same batch with `extra` more positions of padding, on the side the layout pads."""
 
 
 class AdapterError(Exception):
@@ -95,6 +97,9 @@ def _import_target(spec: str):
             mod_spec = importlib.util.spec_from_file_location(f"_rlbisect_adapter_{path.stem}", path)
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[mod_spec.name] = module
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
             mod_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(where)

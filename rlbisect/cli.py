@@ -35,6 +35,35 @@ def train_cmd(
                                 temperature=temperature, snapshot_dir=snapshot_dir, snapshot_every=snapshot_every))
 
 
+@app.command("demo")
+def demo_cmd(
+    fault: str = typer.Option("sign_flip", "--fault", help="the fault one commit introduces: " + ", ".join(_BUGS)),
+    commits: int = typer.Option(8, "--commits", min=1, help="commits after the initial import"),
+    bad_at: int = typer.Option(None, "--bad-at", min=1, help="position of the faulty commit, 1..COMMITS (default 3)"),
+    keep: str = typer.Option(None, "--keep", help="build (or reuse) the history here and keep it"),
+    json_path: str = typer.Option(None, "--json", help="write the bisect result, plus fault_commit, as JSON"),
+    plot: str = typer.Option(None, "--plot", help="write the bisect timeline as a PNG"),
+    predicate: str = typer.Option(None, "--predicate", help="bisect predicate (default: invariants)"),
+) -> None:
+    """Build a simulated TinyAgent history in which one real commit introduces a fault, bisect it
+    with the invariants, and show each probe, the culprit with its diff, and what moved.
+
+    Exit 0 when the bisect names the commit that injected the fault.
+
+    Example: rlbisect demo --fault mask_shift --commits 16 --bad-at 11 --keep /tmp/history --json demo.json
+    """
+    from pathlib import Path
+
+    from rlbisect.bisect import PredicateError
+    from rlbisect.demo import run_demo
+    try:
+        code = run_demo(fault, commits, bad_at, Path(keep) if keep else None, Path(json_path) if json_path else None,
+                        Path(plot) if plot else None, predicate)
+    except (ValueError, PredicateError) as e:
+        _fail(str(e))
+    raise typer.Exit(code)
+
+
 @app.command("check")
 def check_cmd(
     adapter: str = typer.Option(None, "--adapter", help="MODULE:FACTORY or FILE.py:FACTORY (default: the reference trainer)"),
@@ -132,13 +161,65 @@ def inspect_cmd(path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot 
     """
     import json
 
-    from rlbisect.snapshot import SnapshotError, describe, load_snapshot, render_text
+    from rlbisect.replay import describe, render_text
+    from rlbisect.snapshot import SnapshotError, load_snapshot
     try:
         info = describe(load_snapshot(path))
     except SnapshotError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        _fail(str(e))
     typer.echo(json.dumps(info, indent=2) if as_json else render_text(info))
+
+
+@app.command("replay")
+def replay_cmd(
+    path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
+    bug: str = typer.Option(None, "--bug", help="replay with this code fault instead of the recorded one ('none': no fault)"),
+    at: str = typer.Option(None, "--at", help="replay on this commit's trainer code (in a temporary worktree)"),
+    repo: str = typer.Option(".", "--repo", help="the git repository --at refers to"),
+    tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic: X * (1 + |recorded|); 0 = bit-exact"),
+    timeout: float = typer.Option(None, "--timeout", help="seconds allowed for a replay with --at"),
+    as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON"),
+) -> None:
+    """Re-run the update saved in a snapshot; print recorded vs replayed for every statistic the
+    update produces (moved ones first, biggest first) and the post-update parameter difference.
+
+    Exit 0 identical, 1 something moved or the update raised, 2 cannot replay (invalid file,
+    unknown trainer, bad --at).
+
+    Example: rlbisect replay snapshots/step-000005.pt --at HEAD~3 --repo .
+    """
+    from rlbisect.replay_at import replay_command
+    raise typer.Exit(replay_command(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout,
+                                    as_json=as_json))
+
+
+@app.command("promote")
+def promote_cmd(
+    path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
+    to: str = typer.Option(..., "--to", help="your test folder: gets test_replay_step_NNNNNN.py and snapshots/"),
+    report: str = typer.Option(None, "--report", help="a bisect JSON (rlbisect run --json): also assert the invariants that caught it"),
+    invariant: list[str] = typer.Option(None, "--invariant", help="assert this invariant instead of the report's (repeatable)"),
+    tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic in the test; 0 = bit-exact"),
+    force: bool = typer.Option(False, "--force", help="overwrite existing files"),
+) -> None:
+    """Write a pytest file (plus the snapshot it needs) that replays the step and asserts its recorded
+    update statistics; with --report, also the invariants that caught the regression.
+
+    Exit 0 written, 1 the step does not replay on the current code, 2 bad input or a file in the way.
+
+    Example: rlbisect promote snapshots/step-000005.pt --to tests/regressions --report bisect.json
+    """
+    from rlbisect.promote import NotReplayable, PromoteError, promote
+    from rlbisect.snapshot import SnapshotError
+    try:
+        done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None)
+    except (SnapshotError, PromoteError) as e:
+        _fail(str(e))
+    except NotReplayable as e:
+        typer.echo(f"rlbisect: {e}", err=True)
+        raise typer.Exit(1)
+    for line in [*done.notes, f"wrote {done.test}", f"wrote {done.snapshot}"]:
+        typer.echo(line)
 
 
 @app.command("run")

@@ -11,6 +11,10 @@
 states): no disk I/O and no device sync, so an armed hook costs a few memory copies per step.
 `after_update` feeds the detectors and writes a file only when one fires or `step % every == 0`.
 
+Modules the update reads but never changes (a frozen KL reference) go in `frozen={"ref": ref}`:
+they are written only when a snapshot is saved, so they cost nothing on the other steps, and a
+replay then uses exactly the reference the run used.
+
 Disk bound (only files this hook wrote are ever deleted):
 * periodic snapshots (no hit) rotate: only the newest `keep_last` survive;
 * at most `max_snapshots` files in total; past that the oldest periodic one goes first, then the
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import numbers
 import os
 import warnings
@@ -32,8 +35,8 @@ from typing import Any
 
 import torch
 
-from rlbisect.snapshot import (CodeIdentity, Snapshot, SnapshotError, capture, code_identity, save_snapshot,
-                               state_digest)
+from rlbisect.capture import capture, code_identity, diff_norm, state_digest
+from rlbisect.snapshot import CodeIdentity, Snapshot, SnapshotError, save_snapshot
 from rlbisect.spikes import DetectorSet, Hit, SpikeConfig, default_detectors
 
 
@@ -88,12 +91,14 @@ class SnapshotHook:
     meta           free-form JSON-able dict stored in each file
     code_dir       a path inside the git repo of the training code (default: the repo holding the
                    model's class, else the current directory); read once, at the first step
+    keep_post_update  also store the model after the update (doubles the model's share of the
+                   file), so a replay reports how far its update lands from the recorded one
     """
 
     def __init__(self, directory: str | os.PathLike, *, every: int | None = None,
                  detectors: DetectorSet | SpikeConfig | None = None, keep_last: int = 3,
                  max_snapshots: int = 20, config: Any = None, meta: dict | None = None,
-                 code_dir: str | os.PathLike | None = None) -> None:
+                 code_dir: str | os.PathLike | None = None, keep_post_update: bool = False) -> None:
         if every is not None and every < 1:
             raise ValueError("every must be >= 1 (or None for detector hits only)")
         if keep_last < 1 or max_snapshots < 1:
@@ -101,6 +106,7 @@ class SnapshotHook:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.every, self.keep_last, self.max_snapshots = every, keep_last, max_snapshots
+        self.keep_post_update = keep_post_update
         self.detectors = detectors if isinstance(detectors, DetectorSet) else default_detectors(detectors)
         if hasattr(config, "model_dump"):
             config = config.model_dump(mode="json")
@@ -113,40 +119,47 @@ class SnapshotHook:
         self.errors: list[str] = []  # save failures; a debugging aid never stops the run
         self._periodic: list[Path] = []
         self._flagged: list[Path] = []
-        self._pending: tuple[Snapshot, torch.nn.Module] | None = None
+        self._pending: tuple[Snapshot, torch.nn.Module, dict[str, torch.nn.Module]] | None = None
 
     def before_update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                       batch: Mapping[str, torch.Tensor],
-                      generators: dict[str, torch.Generator] | None = None) -> None:
-        """Clone what the update is about to consume. Call right before the update's first RNG use."""
+                      generators: dict[str, torch.Generator] | None = None,
+                      frozen: Mapping[str, torch.nn.Module | None] | None = None) -> None:
+        """Clone what the update is about to consume. Call right before the update's first RNG use.
+
+        `frozen` modules are only referenced here (the update must not change them); a frozen
+        module that *is* the model is skipped: its pre-update state is the model's.
+        """
         if self.code is None:  # once: the code as loaded when the run began, before anyone edits it
             self.code = _find_code(model)
         snap = capture(step, model, optimizer, dict(batch), generators,
                        config=self.config, meta=self.meta, code=self.code)
-        self._pending = (snap, model)
+        kept = {n: m for n, m in (frozen or {}).items() if m is not None and m is not model}
+        self._pending = (snap, model, kept)
 
     def after_update(self, step: int, stats: Mapping[str, Any]) -> list[Hit]:
         """Feed the step's logged statistics to the detectors; save the kept state if needed."""
         if self._pending is None or self._pending[0].step != step:
             kept = None if self._pending is None else self._pending[0].step
             raise RuntimeError(f"after_update({step}) without a matching before_update (kept: {kept})")
-        snap, model = self._pending
+        snap, model, frozen = self._pending
         self._pending = None
         snap.stats = _plain(stats)
         hits = self.detectors.update(step, snap.stats)
         self.hits += hits
         if hits or (self.every is not None and step % self.every == 0):
             snap.hits = hits
+            snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
             self._save(snap, model)
         return hits
 
     @contextmanager
     def update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-               batch: Mapping[str, torch.Tensor],
-               generators: dict[str, torch.Generator] | None = None) -> Iterator[StepRecord]:
+               batch: Mapping[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
+               frozen: Mapping[str, torch.nn.Module | None] | None = None) -> Iterator[StepRecord]:
         """`with hook.update(step, model, opt, batch) as rec: rec.log(train_step(...))`; hits in rec.hits."""
         rec = StepRecord(step)
-        self.before_update(step, model, optimizer, batch, generators)
+        self.before_update(step, model, optimizer, batch, generators, frozen)
         try:
             yield rec
         except BaseException:
@@ -157,11 +170,11 @@ class SnapshotHook:
         rec.hits = self.after_update(step, rec.stats)
 
     def _save(self, snap: Snapshot, model: torch.nn.Module) -> None:
-        after = model.state_dict()
+        after = model.state_dict()  # live references: written out below, before training resumes
         snap.post_update_sha256 = state_digest(after)
-        sq = [(after[k].detach().double() - v.double()).pow(2).sum()
-              for k, v in snap.model.items() if v.is_floating_point() and k in after]
-        snap.update_norm = math.sqrt(float(sum(sq))) if sq else None
+        snap.update_norm = diff_norm(after, snap.model)
+        if self.keep_post_update:
+            snap.post_update = after
         path = self.dir / snapshot_name(snap.step)
         try:
             save_snapshot(path, snap)

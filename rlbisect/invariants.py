@@ -40,7 +40,8 @@ class Thresholds(BaseModel):
     group_mean: float = Field(1e-5, description="max |mean advantage| of a group")
     padding: float = Field(1e-5, description="max |loss change| from 8 extra pad positions")
     accumulation: float = Field(1e-4, description="max relative error of the accumulated gradient")
-    approx_kl: float = Field(0.0, description="approx_kl over one update must exceed this")
+    approx_kl: float = Field(1e-8, description="approx_kl over one update must exceed this (a stale old_logp gives "
+                                                "exactly 0 or float noise; a real update moves it by >1e-5)")
     correlation: float = Field(0.0, description="corr(change of log pi, advantage) must exceed this")
     kl_ref: float = Field(0.0, description="KL to the reference after one update must exceed this")
 

@@ -271,11 +271,15 @@ class BisectSession:
         return step
 
     def log(self) -> str:
-        """``git bisect log``: replayable with ``git bisect replay``."""
+        """``git bisect log``: replayable with ``git bisect replay``. (That command only prints
+        the worktree's BISECT_LOG file; reading it directly saves a git process per run.)"""
         if self.bisect_wt is not None:
-            status, out, _ = git_run(self.bisect_wt, "bisect", "log")
-            if status == 0:
-                self.bisect_log = out + "\n"
+            status, out, _ = git_run(self.bisect_wt, "rev-parse", "--git-path", "BISECT_LOG")
+            path = Path(out.strip()) if status == 0 else None
+            if path is not None and not path.is_absolute():
+                path = self.bisect_wt / path
+            if path is not None and path.is_file():
+                self.bisect_log = path.read_text()
         return self.bisect_log
 
     def materialize(self, commit: str) -> Path:
@@ -315,9 +319,10 @@ class BisectSession:
     def close(self) -> None:
         """Capture the log, ``git bisect reset``, remove the worktrees, restore the git dir."""
         try:
-            if self.bisect_wt is not None and self.bisect_wt.exists():
+            if self.bisect_wt is not None and self.bisect_wt.exists() and not self.bisect_log:
                 self.log()
-                git_run(self.bisect_wt, "bisect", "reset")
+            # No `git bisect reset`: the bisect state (BISECT_*, refs/bisect/*) is per-worktree and
+            # goes with the worktree's admin dir below; the tests check nothing else is left.
         finally:
             for path in list(reversed(self._worktrees)):
                 self._remove_worktree(path)

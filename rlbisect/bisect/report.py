@@ -3,7 +3,8 @@
 JSON (``--json FILE``) keys: ``good``, ``bad``, ``first_bad`` (null unless found),
 ``candidates``, ``n_probes``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
 plus ``reason``, ``cached``, ``subject``, ``tree``, ``overhead``), ``bisect_log``, and
-``status``, ``exit_code``, ``message``, ``predicate``, ``first_parent``. Commits are full ids.
+``status``, ``exit_code``, ``message``, ``predicate``, ``first_parent``, ``diagnosis`` (after a
+find: the first bad commit's values against its parent's, biggest movers first). Commits are full ids.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from rlbisect.bisect.diagnose import render as render_diagnosis
 from rlbisect.bisect.runner import BisectResult, ProbeRecord
 
 VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#9e9e9e", "abort": "#6a1b9a"}
@@ -51,6 +53,8 @@ def summary(result: BisectResult) -> str:
             lines.append(f"{sha}  {c.subject if c else ''}".rstrip())
         if len(shown) < len(result.candidates):
             lines.append(f"... and {len(result.candidates) - len(shown)} more")
+    if result.diagnosis.get("rows"):
+        lines.append(render_diagnosis(result.diagnosis))
     lines.append(f"{len(result.probes)} probes ({n_cached} cached) in {result.total_seconds:.1f}s")
     return "\n".join(lines)
 
@@ -68,6 +72,7 @@ def to_json(result: BisectResult) -> dict:
         "bisect_log": result.bisect_log, "status": result.status,
         "exit_code": result.exit_code, "message": result.message,
         "predicate": result.predicate, "first_parent": result.first_parent,
+        "diagnosis": result.diagnosis,
     }
 
 
@@ -102,6 +107,8 @@ def to_markdown(result: BisectResult, plot: Path | None = None) -> str:
         reason = p.reason + (" (cached)" if p.cached else "")
         out.append(f"| {p.order} | `{p.commit[:10]}` | {p.verdict} | {p.seconds:.2f} | {vals} "
                    f"| {reason} | {p.subject.replace('|', '/')} |")
+    if result.diagnosis.get("rows"):
+        out += ["", "## Diagnose: first bad commit vs its parent", "", "```", render_diagnosis(result.diagnosis), "```"]
     out += ["", "## git bisect log", "", "Replay with `git bisect replay FILE`.", "", "```",
             result.bisect_log.rstrip(), "```", ""]
     return "\n".join(out)

@@ -22,6 +22,7 @@ from typing import Callable, Literal
 
 from rlbisect.bisect import repo as gitrepo
 from rlbisect.bisect.cache import ProbeCache
+from rlbisect.bisect.diagnose import compare
 from rlbisect.bisect.predicates import STOP, Predicate, Probe
 from rlbisect.bisect.search import BisectState
 
@@ -65,6 +66,7 @@ class BisectResult:
     history: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     setup_seconds: float = 0.0
     total_seconds: float = 0.0
+    diagnosis: dict = field(default_factory=dict)   # first bad vs its parent (see diagnose.py)
 
     @property
     def exit_code(self) -> int:
@@ -211,16 +213,42 @@ class _Loop:
                 return
         res.status, res.first_bad, res.candidates = step.status, step.first_bad, step.candidates
 
+    def diagnose(self, session: gitrepo.BisectSession) -> None:
+        """Values at the first bad commit and its (first) parent, probing the parent only if the
+        bisect did not (a cached result is reused; the extra probe is not counted in the probes)."""
+        res = self.result
+        parents = self.repo_obj.commit(res.first_bad).parents
+        if not parents:
+            return
+        parent = parents[0].hexsha
+        known = {p.commit: p for p in res.probes}
+        bad_probe = known.get(res.first_bad)
+        if bad_probe is not None and set(bad_probe.values) <= {"exit_code"}:
+            return   # an exit code says nothing more: not worth another (maybe hour-long) run
+
+        def measured(sha: str) -> tuple[dict, str]:
+            if sha in known:
+                return known[sha].values, known[sha].verdict
+            self.trap.check()
+            if self.on_status:
+                self.on_status(f"diagnose: probing {sha[:10]} {self.info(sha).subject}")
+            probe, _, _ = self._probe(session, sha)
+            return probe.values, probe.verdict
+        (pv, pverdict), (bv, bverdict) = measured(parent), measured(res.first_bad)
+        res.diagnosis = {"parent": parent, "parent_verdict": pverdict, "first_bad": res.first_bad,
+                         "first_bad_verdict": bverdict, "rows": compare(pv, bv)}
+
 
 def run_bisect(repo: str | Path, range_spec: str, predicate: Predicate, *,
                first_parent: bool = False, timeout: float | None = None, use_cache: bool = True,
                on_probe: Callable[[ProbeRecord], None] | None = None,
-               on_status: Callable[[str], None] | None = None) -> BisectResult:
+               on_status: Callable[[str], None] | None = None, diagnose: bool = True) -> BisectResult:
     """Bisect ``GOOD..BAD`` in ``repo`` with ``predicate``; the repository is left as it was.
 
     ``timeout`` bounds each probe (seconds; a timeout is a skip, never bad). ``use_cache=False``
     neither reads nor writes ``.git/rlbisect/cache.jsonl``. ``on_probe`` is called after each
-    probe, ``on_status`` with a line describing what runs now. Returns a result whose status
+    probe, ``on_status`` with a line describing what runs now. With ``diagnose``, a find is
+    followed by :meth:`_Loop.diagnose` (first bad vs parent values). Returns a result whose status
     is found / ambiguous / aborted. Raises :class:`~rlbisect.bisect.repo.BisectInputError`
     for bad input (nothing changed) and :class:`BisectInterrupted` after cleanup on a signal.
     """
@@ -236,6 +264,8 @@ def run_bisect(repo: str | Path, range_spec: str, predicate: Predicate, *,
             with gitrepo.BisectSession(repo_obj, good, bad, first_parent) as session:
                 try:
                     loop.run(session, t_start)
+                    if diagnose and result.status == "found" and result.first_bad:
+                        loop.diagnose(session)
                 except _Stopped:
                     result.status = "interrupted"
                 except gitrepo.RepoError:

@@ -1,0 +1,95 @@
+"""The code changes a simulated history is made of: real edits to TinyAgent's source.
+
+Benign edits preserve behaviour (a comment, a rename, a vectorization, an import reorder) and stay
+out of the files the starting policy's cache key hashes (tasks, tokenizer, env, policy, base), so
+every commit of a history reuses one cached policy. Each fault edit introduces one of the
+chapter's faults as the change a real commit would make, at the place that bug lives — not by
+flipping a `bug=` switch. An edit is a list of (file, old text, new text); `old` must occur
+exactly once, so a change to the trainer that breaks a fixture fails loudly in the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Edit:
+    message: str
+    changes: tuple[tuple[str, str, str], ...]
+
+
+BENIGN = [
+    Edit("batch: say why old_logp needs no graph", (("batch.py",
+         "    with torch.no_grad():\n        old_logp = trainer_log_probs(",
+         "    with torch.no_grad():   # old_logp is a constant of the loss\n        old_logp = trainer_log_probs("),)),
+    Edit("train: vectorize policy-token lengths", (("train.py",
+         "lengths = [sum(1 for o in t.owner if o == 1) for t in trajs]",
+         "lengths = [t.owner.count(1) for t in trajs]"),)),
+    Edit("losses: name the clipped surrogate", (("losses.py",
+         "    loss = aggregate(-torch.min(ratio * adv, clipped * adv), mask, mode)",
+         "    surrogate = torch.min(ratio * adv, clipped * adv)                          # [B, T-1]\n"
+         "    loss = aggregate(-surrogate, mask, mode)"),)),
+    Edit("update: sort imports", (("update.py",
+         "from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss\n"
+         "from .policy import selected_log_probs\n",
+         "from .policy import selected_log_probs\n"
+         "from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss\n"),)),
+    Edit("sampler: comment the lockstep loop", (("sampler.py",
+         "    while not all(env.done for env in envs):",
+         "    # One position per iteration for every row: forced tokens first, then samples.\n"
+         "    while not all(env.done for env in envs):"),)),
+    Edit("losses: rename per_seq to per_episode", (("losses.py",
+         "        per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)     # [B]\n"
+         "        return per_seq.mean()",
+         "        per_episode = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]\n"
+         "        return per_episode.mean()"),)),
+    Edit("faults: point at the trainer modules", (("faults.py",
+         '"""The chapter\'s seven code faults',
+         '"""(See batch.py, update.py and train.py for the branches.) The chapter\'s seven code faults'),)),
+    Edit("train: hoist the group size", (("train.py",
+         "        row = {\"step\": step, **rollout_row(trajs, cfg.sampler.group_size), **update_stats}",
+         "        group_size = cfg.sampler.group_size\n"
+         "        row = {\"step\": step, **rollout_row(trajs, group_size), **update_stats}"),)),
+    Edit("batch: document the padding value table", (("batch.py",
+         "PADDED_KEYS = {",
+         "# What each sequence tensor is padded with (None: the tokenizer's pad id).\nPADDED_KEYS = {"),)),
+    Edit("update: explain the microbatch weights", (("update.py",
+         "def _share(part_mask, mask, mode):",
+         "def _share(part_mask, mask, mode):  # noqa: D401 -- weights sum to 1 over a minibatch"),)),
+]
+
+FAULTS = {
+    "sign_flip": Edit("losses: inline the advantage normalization", (("losses.py",
+        "    adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)",
+        "    adv = (r.mean(-1, keepdim=True) - r) / (r.std(-1, keepdim=True) + eps)"),)),
+    "mask_shift": Edit("batch: build the action mask straight from the owner tensor", (("batch.py",
+        '"action_mask": (owner[:, 1:] == OWNER["policy"]).float(),',
+        '"action_mask": (owner[:, :-1] == OWNER["policy"]).float(),'),)),
+    "stale_old_logp": Edit("update: compute old_logp per minibatch to save memory", (("update.py",
+        '            if bug == "stale_old_logp":   # the no-grad forward moved inside the minibatch loop\n'
+        "                old_logp = prepare_batch(model, batch, cfg)[1]",
+        "            old_logp = prepare_batch(model, batch, cfg)[1]   # per minibatch: no [B, T] kept across steps"),)),
+    "accum_local": Edit("update: accumulate over 4 length-bucketed microbatches", (("update.py",
+        "        parts = rows.chunk(cfg.update.microbatches)\n"
+        "        weights = [_share(mask[p], mask[rows], mode) for p in parts]",
+        "        parts = rows[mask[rows].sum(-1).argsort()].chunk(4)   # similar lengths pad less\n"
+        "        weights = [1 / len(parts)] * len(parts)"),)),
+    "sampler_temp": Edit("sampler: engine defaults (temperature 0.7) and reuse its log-probs", (
+        ("sampler.py", "    temp = sampler_cfg.temperature if temperature is None else temperature",
+         "    temp = 0.7 if temperature is None else temperature   # the engine's default"),
+        ("batch.py", '    if bug == "sampler_temp":     # trusting the inference engine\'s log-probs\n'
+         '        old_logp = batch["sample_logp"]',
+         '    old_logp = batch["sample_logp"]   # the engine already computed them: one forward fewer'))),
+    "ref_is_policy": Edit("update: let the reference share the policy's weights", (("update.py",
+        "    ref = copy.deepcopy(model).eval()\n    ref.requires_grad_(False)\n    return ref",
+        "    return model   # same weights at step 0; saves a copy"),)),
+    "entropy_sign": Edit("update: default entropy bonus", (("update.py",
+        "    elif u.entropy_coef:\n        loss = loss - u.entropy_coef * entropy",
+        "    else:   # keep exploring: a small entropy bonus by default\n"
+        "        loss = loss + max(u.entropy_coef, ENTROPY_COEF) * entropy"),
+        ("update.py", '    in_loss = bug == "entropy_sign" or u.entropy_coef > 0', "    in_loss = True"))),
+}
+
+# The faults the nine invariants catch (entropy_sign needs a training run: --predicate short-run).
+INVARIANT_FAULTS = ["mask_shift", "stale_old_logp", "sign_flip", "accum_local", "sampler_temp", "ref_is_policy"]

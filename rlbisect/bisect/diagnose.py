@@ -1,0 +1,42 @@
+"""After a find: what moved between the first bad commit and its parent, biggest movers first.
+
+Pure: takes the two commits' measured values (the invariant values, for the invariants predicate)
+and ranks them; the runner does the probing.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _score(a: float, b: float) -> tuple[float, float]:
+    """(relative change in [0, 1], absolute change); NaN on either side counts as a full move."""
+    if any(isinstance(v, float) and math.isnan(v) for v in (a, b)):
+        return 1.0, math.inf
+    diff = abs(b - a)
+    return (diff / (abs(a) + abs(b)) if diff else 0.0), diff
+
+
+def compare(parent: dict[str, float], first_bad: dict[str, float]) -> list[dict]:
+    """Rows {name, parent, first_bad, change} for every value measured on both, biggest movers first."""
+    rows = []
+    for name in [k for k in first_bad if k in parent]:
+        a, b = float(parent[name]), float(first_bad[name])
+        rel, diff = _score(a, b)
+        rows.append({"name": name, "parent": a, "first_bad": b, "change": b - a, "relative": rel, "_abs": diff})
+    rows.sort(key=lambda r: (-r["relative"], -r["_abs"]))
+    for r in rows:
+        del r["_abs"]
+    return rows
+
+
+def render(diagnosis: dict) -> str:
+    """The side-by-side table for the terminal and the markdown report."""
+    if not diagnosis or not diagnosis.get("rows"):
+        return ""
+    lines = [f"diagnose: {diagnosis['parent'][:10]} (parent, {diagnosis['parent_verdict']}) -> "
+             f"{diagnosis['first_bad'][:10]} (first bad, {diagnosis['first_bad_verdict']})",
+             f"  {'value':<34} {'parent':>11} {'first bad':>11} {'change':>11}"]
+    for r in diagnosis["rows"]:
+        lines.append(f"  {r['name']:<34} {r['parent']:11.4g} {r['first_bad']:11.4g} {r['change']:+11.3g}")
+    return "\n".join(lines)
