@@ -83,7 +83,8 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
         trajs = sample_groups(model, picked, tok, cfg.env, cfg.sampler, gen, temperature=sampler_temp)
         batch = collate(trajs, tok.pad_id, cfg.sampler.group_size)
         if hook is not None:
-            hook.before_update(step, model=model, optimizer=optimizer, batch=batch, generators={"train": gen})
+            hook.before_update(step, model=model, optimizer=optimizer, batch=batch, generators={"train": gen},
+                               frozen={"ref": ref_model})   # stored only when a snapshot is saved
         update_stats = rl_update(model, optimizer, batch, cfg, bug, ref_model, gen)
         row = {"step": step, **rollout_row(trajs, cfg.sampler.group_size), **update_stats}
         if eval_tasks is not None and (step % eval_every == 0 or step == steps - 1):
@@ -110,3 +111,10 @@ def run(cfg: RLConfig, steps: int, bug: Optional[str] = None, eval_every: int = 
     tok = build_tokenizer(make_tasks("all"))
     model = make_base(tok)
     return train(model, make_tasks("train"), tok, cfg, steps, bug, make_tasks("heldout"), eval_every, on_row, hook)
+
+
+def short_run(steps: int, seed: int) -> list[dict]:
+    """The default config trained `steps` steps with `seed`, evaluated at the last step: the runner
+    rlbisect's short-run bisect predicate calls (`reference_trainer.train:short_run`)."""
+    from .config import make_config
+    return run(make_config(seed=seed), steps, eval_every=steps)

@@ -60,3 +60,11 @@ def test_demo_bad_input(tmp_path):
     other.mkdir()
     (other / "f").write_text("not a history")
     assert runner.invoke(app, ["demo", "--keep", str(other)]).exit_code == 2
+
+
+def test_short_run_finds_the_fault_the_invariants_miss(tmp_path):
+    r, doc = demo(tmp_path, "--fault", "entropy_sign", "--predicate", "short-run")
+    assert r.exit_code == 0, r.output
+    assert doc["first_bad"] == doc["fault_commit"] and doc["n_probes"] == 3
+    bad = next(p for p in doc["probes"] if p["commit"] == doc["first_bad"])
+    assert bad["values"]["reward@probe"] < bad["values"]["reward@good"] and bad["values"]["p_worse"] < 0.05 / 4

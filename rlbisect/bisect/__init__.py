@@ -13,7 +13,7 @@ Layout (algorithm apart from porcelain, as in git):
 from rlbisect.bisect.predicates import (CommandPredicate, Predicate, PredicateError, PredicateSpec,
                                         Probe, known_predicates, make_predicate,
                                         register_predicate, run_command)
-from rlbisect.bisect import invariant_probe  # noqa: F401  (registers the default predicate)
+from rlbisect.bisect import invariant_probe, shortrun  # noqa: F401  (register their predicates)
 from rlbisect.bisect.repo import BisectInputError, RepoError
 from rlbisect.bisect.runner import BisectInterrupted, BisectResult, ProbeRecord, run_bisect
 

@@ -190,6 +190,15 @@ class CommandPredicate:
                      confirm_on_good=code in (126, 127), output=output)
 
 
+def bind(predicate: Predicate, session, good: str) -> None:
+    """Before the first probe: give a predicate that compares against GOOD (``setup(good,
+    checkout)``, e.g. short-run) GOOD's id and a way to check it out, in a worktree the session
+    owns and removes. Other predicates are left as they are."""
+    setup = getattr(predicate, "setup", None)
+    if setup is not None:
+        setup(good, lambda: session.extra_worktree(good))
+
+
 # name -> (factory, help)
 _REGISTRY: dict[str, tuple[Callable[[PredicateSpec], Predicate], str]] = {}
 #: Predicate used when neither ``--predicate`` nor ``-- CMD`` is given (if registered).

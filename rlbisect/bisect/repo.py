@@ -297,6 +297,11 @@ class BisectSession:
             raise
         return self.probe_wt
 
+    def extra_worktree(self, commit: str) -> Path:
+        """Another checkout (e.g. of GOOD, for a predicate that compares against it), removed
+        with the session like every other worktree."""
+        return self._add_worktree(f"extra{len(self._worktrees)}", commit, checkout=True)
+
     def _add_worktree(self, role: str, commit: str, checkout: bool) -> Path:
         assert self.tmp is not None
         path = self.tmp / f"{self.tmp.name}-{role}"  # unique basename = unique admin dir name

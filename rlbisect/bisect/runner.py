@@ -23,7 +23,7 @@ from typing import Callable, Literal
 from rlbisect.bisect import repo as gitrepo
 from rlbisect.bisect.cache import ProbeCache
 from rlbisect.bisect.diagnose import compare
-from rlbisect.bisect.predicates import STOP, Predicate, Probe
+from rlbisect.bisect.predicates import STOP, Predicate, Probe, bind
 from rlbisect.bisect.search import BisectState
 
 Status = Literal["found", "ambiguous", "aborted", "interrupted"]
@@ -258,10 +258,12 @@ def run_bisect(repo: str | Path, range_spec: str, predicate: Predicate, *,
         try:
             good, bad = gitrepo.resolve_range(repo_obj, range_spec)
             cache = ProbeCache.for_git_dir(gitrepo.common_dir(repo_obj), use_cache)
-            result = BisectResult(good, bad, predicate.identity(), first_parent)
+            result = BisectResult(good, bad, "", first_parent)
             result.history = gitrepo.history(repo_obj, good, bad, first_parent)
-            loop = _Loop(repo_obj, predicate, result, cache, trap, timeout, on_probe, on_status)
             with gitrepo.BisectSession(repo_obj, good, bad, first_parent) as session:
+                bind(predicate, session, good)
+                result.predicate = predicate.identity()
+                loop = _Loop(repo_obj, predicate, result, cache, trap, timeout, on_probe, on_status)
                 try:
                     loop.run(session, t_start)
                     if diagnose and result.status == "found" and result.first_bad:
