@@ -124,12 +124,11 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
         raise PromoteError(f"snapshot names trainer {snap.config.get('trainer')!r}; promote needs one of "
                            f"{', '.join(REPLAYERS)}")
     try:  # a test that fails where it is written would be noise: check it replays now
-        replayed = replay_in_process(snap)
+        verdict = judge(snap, replay_in_process(snap), tolerance)
     except UpdateRaised as e:
         raise NotReplayable(f"the update raises on the current code: {e}") from None
     except ReplayError as e:
         raise PromoteError(str(e)) from None
-    verdict = judge(snap, replayed, tolerance)
     if not verdict.identical:
         raise NotReplayable(f"step {snap.step} does not replay on the current code "
                             f"(moved: {', '.join(verdict.moved) or 'parameters'}); see `rlbisect replay {src}`")
@@ -154,7 +153,7 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
     if unknown := [n for n in invariants if n not in INVARIANTS]:
         raise PromoteError(f"unknown invariant(s) {unknown}; known: {', '.join(INVARIANTS)}")
     if snap.config.get("bug"):
-        notes.append(f"the snapshot was recorded with fault {snap.config['bug']!r}; the test replays it with that fault")
+        notes.append(f"recorded with fault {snap.config['bug']!r}: the test replays it with that fault")
     name = f"step-{snap.step:06d}.pt"
     to = Path(to)
     test_path, snap_path = to / f"test_replay_{name[:-3].replace('-', '_')}.py", to / "snapshots" / name

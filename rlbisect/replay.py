@@ -152,6 +152,7 @@ class ReplayReport:
     identical: bool
     rows: list[StatRow]        # compared statistics, moved ones first (biggest relative move first)
     not_replayed: list[str]    # recorded keys the update does not produce (rollout side, evaluation)
+    not_recorded: list[str]    # keys only the replay produced (a statistic added since): not compared
     params: dict[str, Any]
     notes: list[str]
     error: str | None = None   # the update raised this
@@ -171,11 +172,15 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
     """Compare a replay with the recording. tolerance 0: bit-exact statistics and parameters;
     X > 0: each statistic within X * (1 + |recorded|), the update within X * (1 + ||update||)."""
     if replayed is None:  # the update raised: nothing to compare, and that is a difference
-        return ReplayReport(snap.step, False, [], [], {}, list(notes), error or "the update raised", tolerance)
-    stats = {k: v for k, v in snap.stats.items() if k in replayed.stats}
-    rows = compare_stats(stats, replayed.stats, rtol=tolerance, atol=tolerance)
+        return ReplayReport(snap.step, False, [], [], [], {}, list(notes), error or "the update raised", tolerance)
+    # Only statistics on both sides count: a key a later commit adds or drops is listed, not a
+    # difference, so a bisect does not blame a commit for logging one more number.
+    common = [k for k in snap.stats if k in replayed.stats]
+    rows = compare_stats({k: snap.stats[k] for k in common}, {k: replayed.stats[k] for k in common},
+                         rtol=tolerance, atol=tolerance)
     rows.sort(key=lambda r: (r.ok, -relative_diff(r)))  # stable: unmoved rows keep recorded order
     not_replayed = [k for k in snap.stats if k not in replayed.stats and not is_timing(k) and k != "step"]
+    not_recorded = [k for k in replayed.stats if k not in snap.stats and not is_timing(k)]
     rec_norm, rep_norm, dn = snap.update_norm, replayed.update_norm, replayed.update_diff_norm
     equal = None if snap.post_update_sha256 is None else snap.post_update_sha256 == replayed.post_update_sha256
     if tolerance == 0 or equal:
@@ -189,9 +194,12 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
               "update_diff_norm": dn, "ok": params_ok}
     all_notes = [*notes, *replayed.notes]
     if equal is None:
+        if not rows:
+            raise ReplayError("nothing to compare: no recorded statistic is produced by the update, "
+                              "and the snapshot records no post-update digest")
         all_notes.append("the snapshot records no post-update digest: parameters not checked")
-    return ReplayReport(snap.step, all(r.ok for r in rows) and params_ok, rows, not_replayed, params,
-                        all_notes, None, tolerance)
+    return ReplayReport(snap.step, all(r.ok for r in rows) and params_ok, rows, not_replayed, not_recorded,
+                        params, all_notes, None, tolerance)
 
 
 def report_json(report: ReplayReport) -> dict[str, Any]:
@@ -226,11 +234,13 @@ def render_report(report: ReplayReport) -> str:
     if report.not_replayed:
         lines.append("not replayed (rollout side or evaluation, not recomputed by the update): "
                      + ", ".join(report.not_replayed))
+    if report.not_recorded:
+        lines.append("not recorded (only the replay produces them; not compared): " + ", ".join(report.not_recorded))
     if report.identical:
         how = "bit for bit" if report.tolerance == 0 else f"within tolerance {report.tolerance:g}"
         lines.append(f"IDENTICAL: {len(report.rows)} statistics and the parameters match {how}")
     else:
-        moved = [f"{r.name} ({'missing' if r.abs_diff is None else f'{relative_diff(r):.2g} rel'})"
+        moved = [f"{r.name} ({'changed' if r.abs_diff is None else f'{relative_diff(r):.2g} rel'})"
                  for r in report.rows if not r.ok]
         lines.append(f"DIFFERS: {len(moved)} of {len(report.rows)} statistics moved"
                      + (" (biggest first): " + ", ".join(moved) if moved else "")

@@ -13,6 +13,7 @@ worktree under .git/worktrees/ while it exists).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -82,7 +83,10 @@ def run_worker(snapshot: str | os.PathLike, code_dir: str | os.PathLike, bug: st
         try:
             out, err = proc.communicate(timeout=timeout)
         except BaseException as e:  # timeout or Ctrl-C: the whole group goes, never an orphan
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it finished in the meantime
+                pass
             proc.communicate()
             if isinstance(e, subprocess.TimeoutExpired):
                 return WorkerResult("timeout", error=f"timed out after {timeout:g}s")
@@ -108,6 +112,12 @@ def replay_in_worktree(snap: Snapshot, snapshot_path: str | os.PathLike, code_di
     if res.status != "ok":
         raise ReplayError(res.error)
     return judge(snap, res.replayed, tolerance)
+
+
+def replay_identity(snapshot_path: str | os.PathLike, bug: str | None = None, tolerance: float = 0.0) -> str:
+    """A cache key for the predicate: the snapshot's bytes and the options (the code is the tree)."""
+    digest = hashlib.sha256(Path(snapshot_path).read_bytes()).hexdigest()
+    return json.dumps({"kind": "replay", "snapshot_sha256": digest, "bug": bug, "tolerance": tolerance})
 
 
 def replay_at(snapshot_path: str | os.PathLike, worktree: str | os.PathLike, timeout: float | None = None,

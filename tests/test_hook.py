@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from rlbisect.hook import SnapshotHook, snapshot_name
-from rlbisect.snapshot import compare_stats, load_snapshot, restore, state_digest
+from rlbisect.capture import state_digest
+from rlbisect.replay import compare_stats, restore
+from rlbisect.snapshot import load_snapshot
 from rlbisect.spikes import CeilingRule, SpikeConfig
 
 
@@ -200,3 +202,22 @@ def test_code_identity_comes_from_the_model_class_repo(tmp_path, monkeypatch):
     assert (code.commit, code.dirty) == (sha, False)
     (repo / "net.py").write_text("# edited\n")
     assert SnapshotHook(tmp_path / "other", code_dir=repo).code.dirty is True
+
+
+def test_frozen_modules_and_post_update_weights(tmp_path):
+    model, opt = make_model()
+    ref = make_model(seed=9)[0].requires_grad_(False)
+    ref_state = {k: v.clone() for k, v in ref.state_dict().items()}
+    hook = SnapshotHook(tmp_path, every=1, keep_post_update=True)
+    gen = torch.Generator().manual_seed(5)
+    batch = collect(model, 0)
+    # The model passed as "frozen" (a reference that is the live policy) is not stored twice.
+    hook.before_update(0, model, opt, batch, {"order": gen}, frozen={"ref": ref, "self": model, "none": None})
+    hook.after_update(0, update(model, opt, batch, gen))
+    snap = load_snapshot(tmp_path / "step-000000.pt")
+    assert list(snap.frozen) == ["ref"]
+    assert all(torch.equal(snap.frozen["ref"][k], v) for k, v in ref_state.items())
+    assert state_digest(snap.post_update) == snap.post_update_sha256 == state_digest(model)
+    plain = SnapshotHook(tmp_path / "plain", every=1)  # the default keeps neither
+    run(plain, 1)
+    assert load_snapshot(plain.kept()[0]).post_update is None

@@ -17,9 +17,9 @@ import torch
 from typer.testing import CliRunner
 
 from rlbisect.cli import app
-from rlbisect.snapshot import (CodeIdentity, RngState, Snapshot, SnapshotError, capture,
-                               code_identity, compare_stats, describe, load_snapshot, restore,
-                               save_snapshot)
+from rlbisect.capture import capture, code_identity
+from rlbisect.replay import compare_stats, describe, restore
+from rlbisect.snapshot import CodeIdentity, RngState, Snapshot, SnapshotError, load_snapshot, save_snapshot
 from rlbisect.spikes import Hit
 
 
@@ -314,4 +314,22 @@ def test_inspect_cli(saved, tmp_path):
         (tmp_path / "bad.pt").write_bytes(bad)
         res = _inspect(str(tmp_path / "bad.pt"))
         assert res.exit_code == 2 and "Traceback" not in res.output
-        assert res.output.strip().count("\n") == 0 and res.output.startswith("error:")
+        assert res.output.strip().count("\n") == 0 and res.output.startswith("rlbisect: error:")
+
+
+def test_frozen_and_post_update_round_trip(snap, tmp_path):
+    snap.frozen = {"ref": {"w": torch.randn(3, 2), "b": torch.zeros(2)}}
+    snap.post_update = {k: v + 1 for k, v in snap.model.items()}
+    got = load_snapshot(save_snapshot(tmp_path / "s.pt", snap))
+    assert _equal_nested(got.frozen, snap.frozen) and _equal_nested(got.post_update, snap.post_update)
+    assert "frozen/ref/w" in describe(got)["tensors"] and any(k.startswith("post/") for k in describe(got)["tensors"])
+    snap.frozen = {"a/b": {"w": torch.zeros(1)}}  # two names could map to one tensor: refused
+    with pytest.raises(SnapshotError, match="no '/'"):
+        save_snapshot(tmp_path / "t.pt", snap)
+
+
+def test_file_without_frozen_or_post_fields_still_loads(saved):
+    # Files written before these fields existed have neither key; they load with empty defaults.
+    _rehash(saved, lambda m, t: [m.pop("frozen_keys"), m.pop("post_update_keys")])
+    got = load_snapshot(saved)
+    assert got.frozen == {} and got.post_update is None
