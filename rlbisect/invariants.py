@@ -27,7 +27,7 @@ from typing import Callable, Optional
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from .adapter import Prepared, TrainerAdapter, Truth
+from .adapter import Prepared, TrainerAdapter
 
 
 class Thresholds(BaseModel):

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -76,26 +75,20 @@ def run_worker(snapshot: str | os.PathLike, code_dir: str | os.PathLike, bug: st
     """Replay `snapshot` in a child process importing the trainer from `code_dir`."""
     argv = [sys.executable, "-m", "rlbisect.replay_worker", str(Path(snapshot).resolve()),
             "--code-dir", str(Path(code_dir).resolve())] + (["--bug", bug] if bug else [])
+    from rlbisect.bisect.predicates import run_command   # process group, timeout, Ctrl-C handling
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # leave the probe's worktree as checked out
     with tempfile.TemporaryDirectory(prefix="rlbisect-worker-") as cwd:  # cwd goes on sys.path
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except BaseException as e:  # timeout or Ctrl-C: the whole group goes, never an orphan
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:  # it finished in the meantime
-                pass
-            proc.communicate()
-            if isinstance(e, subprocess.TimeoutExpired):
-                return WorkerResult("timeout", error=f"timed out after {timeout:g}s")
-            raise
+        r = run_command(argv, Path(cwd), timeout, env)
+    if r.timed_out:
+        return WorkerResult("timeout", error=f"timed out after {timeout:g}s")
+    if r.interrupted:
+        return WorkerResult("timeout", error="interrupted")
+    out, err, returncode = r.stdout, r.stderr, r.returncode
     try:
         payload = json.loads(out.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        tail = (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        return WorkerResult("crash", error=f"replay worker exited {proc.returncode}: {tail}")
+        tail = (err.strip().splitlines() or [f"exit {returncode}"])[-1]
+        return WorkerResult("crash", error=f"replay worker exited {returncode}: {tail}")
     if payload.get("ok"):
         return WorkerResult("ok", Replayed(**payload["replayed"]))
     return WorkerResult(payload.get("stage", "crash"), error=payload.get("error", "?"))

@@ -13,7 +13,7 @@ Layout (algorithm apart from porcelain, as in git):
 from rlbisect.bisect.predicates import (CommandPredicate, Predicate, PredicateError, PredicateSpec,
                                         Probe, known_predicates, make_predicate,
                                         register_predicate, run_command)
-from rlbisect.bisect import invariant_probe, shortrun  # noqa: F401  (register their predicates)
+from rlbisect.bisect import invariant_probe, replay_predicate, shortrun  # noqa: F401  (register predicates)
 from rlbisect.bisect.repo import BisectInputError, RepoError
 from rlbisect.bisect.runner import BisectInterrupted, BisectResult, ProbeRecord, run_bisect
 
