@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from reference_trainer.faults import BUGS
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Regression hunting for RL training code: invariants, bisect, replayable steps.")
-_BUGS = ("mask_shift", "stale_old_logp", "entropy_sign", "sign_flip", "accum_local", "sampler_temp", "ref_is_policy")
+_BUGS = tuple(BUGS)   # the embedded trainer's fault switches (faults.py imports nothing heavy)
 
 
 @app.command("train")
@@ -230,12 +232,37 @@ def run_cmd(
     repo: str = typer.Option(".", "--repo", help="the git repository (default: current directory)"),
     predicate: str = typer.Option(None, "--predicate", help="predicate NAME[:ARG] (default: the command after --)"),
     adapter: str = typer.Option(None, "--adapter", help="trainer adapter module:factory, for predicates that use one"),
+    metric: str = typer.Option(None, "--metric", help="short-run: the logged metric to compare, or eval_pass (default reward)"),
+    steps: int = typer.Option(None, "--steps", help="short-run: training steps per run (default 8)"),
+    seeds: int = typer.Option(None, "--seeds", help="short-run: matched seeds at the first look (default 3)"),
+    max_seeds: int = typer.Option(None, "--max-seeds", help="short-run: seeds at most, before 'unknown' (default 9)"),
+    direction: str = typer.Option(None, "--direction", help="short-run: which change is a regression: lower|higher|change"),
+    runner: str = typer.Option(None, "--runner", help="short-run: MODULE:FN with fn(steps, seed) -> metric rows"),
     first_parent: bool = typer.Option(False, "--first-parent", help="follow only first parents of merges (git bisect --first-parent)"),
     timeout: float = typer.Option(None, "--timeout", help="seconds per probe; a probe that runs longer is skipped, never bad"),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="probe J commits at once, each in its own worktree: k-ary "
+                             "search in about log_(J+1) N rounds, same answer as one at a time (e.g. --jobs 4)"),
+    executor: str = typer.Option("local", "--executor", help="where probes run: local (this machine) or ray (one Ray "
+                                 "task per probe; pip install 'rlbisect[ray]'), e.g. --executor ray --jobs 8"),
+    ray_address: str = typer.Option(None, "--ray-address", help="--executor ray: cluster to connect to (default: "
+                                    "RAY_ADDRESS, else a local instance), e.g. --ray-address auto or 10.0.0.5:6379"),
+    ray_gpus: float = typer.Option(0.0, "--ray-gpus", help="--executor ray: GPUs each probe task asks for, "
+                                   "e.g. --ray-gpus 1"),
+    clone_url: str = typer.Option(None, "--clone-url", help="--executor ray: nodes clone this URL (the commits must "
+                                  "be pushed there) instead of reading --repo over a shared filesystem, "
+                                  "e.g. --clone-url https://git.example.com/team/trainer.git"),
     json_path: str = typer.Option(None, "--json", help="write the result as JSON to this file"),
     report_path: str = typer.Option(None, "--report", help="write a markdown report to this file"),
     plot_path: str = typer.Option(None, "--plot", help="write a PNG timeline of the probes to this file"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write .git/rlbisect/cache.jsonl"),
+    flaky: bool = typer.Option(False, "--flaky", help="the predicate can give a wrong verdict: keep a posterior over the "
+                               "culprit (unknown flip rate), repeat probes where most informative, stop at --confidence; "
+                               "bisects the first-parent chain; a repeat is always a fresh run (runs are recorded apart "
+                               "from deterministic results, and a later --flaky bisect starts from them)"),
+    confidence: float = typer.Option(0.95, "--confidence", help="--flaky: stop when the top culprit's posterior reaches this "
+                                     "(0.5 < C < 1); otherwise exit 3 with the likeliest commits"),
+    max_runs: int = typer.Option(None, "--max-runs", help="--flaky: predicate runs at most (default 12 * ceil(log2(N+1)), "
+                                 "at least 20)"),
 ) -> None:
     """Find the first bad commit in GOOD..BAD with a real git bisect. Probes run in temporary
     worktrees: your working tree, index, HEAD, branch and refs are never touched.
@@ -243,20 +270,33 @@ def run_cmd(
     With -- CMD the command decides, as in git bisect run: exit 0 good, 125 skip, 1-127 bad, 128+ aborts.
 
     Exit 0 found, 3 only skipped commits left (all listed), 2 bad input, 4 predicate aborted, 130/143 interrupted.
+    With --flaky, exit 3 also means "not sure within --max-runs" (the likeliest commits are listed).
 
     Results are cached by tree in .git/rlbisect/ (the one place rlbisect writes in your repository).
 
+    Predicates: invariants (default: the nine step-0 checks on each commit's trainer code),
+    short-run (matched-seed training runs against GOOD, judged on the seed spread), or a command.
+
     Example: rlbisect run v1.2..main --timeout 600 --json bisect.json -- pytest -x tests/test_loss.py
+
+    Example: rlbisect run v1.2..main --predicate short-run --metric eval_pass --steps 8 --seeds 3
+
+    Example: rlbisect run v1.2..main --flaky --confidence 0.95 -- pytest -x tests/test_flaky_loss.py
+
+    Example: rlbisect run v1.2..main --jobs 4 --executor ray --ray-address auto --ray-gpus 1 --predicate short-run
     """
     from pathlib import Path
 
     from rlbisect.bisect.report import run_and_report
     code = run_and_report(range_spec, list(command or []), repo=Path(repo), predicate=predicate,
                           first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
+                          jobs=jobs, executor=executor, ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
                           json_path=Path(json_path) if json_path else None,
                           report_path=Path(report_path) if report_path else None,
                           plot_path=Path(plot_path) if plot_path else None,
-                          options={"adapter": adapter} if adapter else None)
+                          flaky=flaky, confidence=confidence, max_runs=max_runs,
+                          options={k: str(v) for k, v in dict(adapter=adapter, metric=metric, steps=steps, seeds=seeds,
+                                   max_seeds=max_seeds, direction=direction, runner=runner).items() if v is not None})
     raise typer.Exit(code)
 
 

@@ -88,8 +88,7 @@ def train_main(*, steps: int, seed: int, eval_every: int, out: str | None, bug: 
         if sink:
             sink.close()
     if hook is not None:
-        saved = hook.kept() if hasattr(hook, "kept") else []
-        print(f"{len(saved)} snapshot(s) in {snapshot_dir}")
+        print(f"{len(hook.kept())} snapshot(s) in {snapshot_dir}")
     return 0
 
 

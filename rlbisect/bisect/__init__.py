@@ -3,10 +3,15 @@
 Layout (algorithm apart from porcelain, as in git):
 
 - ``search``      pure: candidates, weights, which commit(s) to probe next (no git, no I/O)
+- ``stats``       pure: the seed-spread rule behind short-run verdicts
+- ``bayes``       pure: the posterior over the culprit for a predicate that can lie (``--flaky``)
+- ``diagnose``    pure: what moved between the first bad commit and its parent
 - ``repo``        git through GitPython: the range, temporary worktrees, ``git bisect`` in them
 - ``predicates``  what decides good/bad/skip; a registry so new kinds plug in by name
 - ``cache``       results by tree hash + predicate in ``.git/rlbisect/cache.jsonl``
 - ``runner``      orchestration with cleanup on every path (errors, timeouts, signals)
+- ``flaky``, ``parallel``, ``executors``   the noisy-predicate loop; k-ary rounds on local or Ray workers
+- ``invariant_probe``, ``shortrun``, ``replay_predicate``   the registered predicates besides a command
 - ``report``      text, JSON, markdown and PNG; ``run_and_report`` is ``rlbisect run``
 """
 

@@ -5,6 +5,8 @@ JSON (``--json FILE``) keys: ``good``, ``bad``, ``first_bad`` (null unless found
 plus ``reason``, ``cached``, ``subject``, ``tree``, ``overhead``), ``bisect_log``, and
 ``status``, ``exit_code``, ``message``, ``predicate``, ``first_parent``, ``diagnosis`` (after a
 find: the first bad commit's values against its parent's, biggest movers first). Commits are full ids.
+With ``--flaky`` also ``posterior`` (top candidates: ``commit``, ``p``), ``n_runs``, ``outcome``,
+``confidence``, ``max_runs``, ``flip_rate`` (see :mod:`rlbisect.bisect.flaky`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def probe_line(rec: ProbeRecord) -> str:
 
 def summary(result: BisectResult) -> str:
     """What was found, as git would say it, plus the probe count."""
+    if getattr(result, "posterior", None) is not None:  # --flaky: the posterior says it
+        from rlbisect.bisect.flaky import summary as flaky_summary
+        return flaky_summary(result)  # type: ignore[arg-type]
     lines = []
     n_cached = sum(p.cached for p in result.probes)
     if result.status == "found" and result.first_bad:
@@ -73,6 +78,7 @@ def to_json(result: BisectResult) -> dict:
         "exit_code": result.exit_code, "message": result.message,
         "predicate": result.predicate, "first_parent": result.first_parent,
         "diagnosis": result.diagnosis,
+        **(result.json_extra() if hasattr(result, "json_extra") else {}),  # --flaky: posterior
     }
 
 
@@ -98,6 +104,9 @@ def to_markdown(result: BisectResult, plot: Path | None = None) -> str:
                 for s in result.candidates] + [""]
     if result.message:
         out += [f"> {result.message}", ""]
+    if getattr(result, "posterior", None):
+        out += ["## Posterior of the first bad commit (--flaky)", ""]
+        out += [f"- `{r['commit']}` {r['p']:.3f}" for r in result.posterior] + [""]
     if plot is not None:
         out += [f"![bisect timeline]({plot.name})", ""]
     out += ["## Probes", "", "| # | commit | verdict | seconds | values | reason | subject |",
@@ -187,10 +196,18 @@ def live_progress(enabled: bool = True) -> Iterator[tuple]:
 
 def run_and_report(range_spec: str, command: list[str], *, repo: Path = Path("."),
                    predicate: str | None = None, first_parent: bool = False,
+                   jobs: int = 1, executor: str = "local", ray_address: str | None = None,
+                   ray_gpus: float = 0.0, clone_url: str | None = None,
                    timeout: float | None = None, json_path: Path | None = None,
                    report_path: Path | None = None, plot_path: Path | None = None,
-                   use_cache: bool = True, options: dict[str, str] | None = None) -> int:
+                   use_cache: bool = True, options: dict[str, str] | None = None,
+                   flaky: bool = False, confidence: float = 0.95,
+                   max_runs: int | None = None) -> int:
     """What ``rlbisect run`` does: bisect, print, write the requested files, return the exit code.
+
+    With ``flaky`` the search is :func:`rlbisect.bisect.flaky.run_flaky` (``confidence``,
+    ``max_runs``); exit 3 then also means "not sure within the run budget".
+    With ``jobs`` > 1 or ``executor`` "ray" it is :func:`rlbisect.bisect.parallel.run_parallel`.
 
     Exit codes: 0 first bad commit found; 3 only skipped candidates left; 2 bad input
     (nothing changed); 4 the predicate aborted; 1 an unexpected git failure; 128+N on signal N.
@@ -207,7 +224,19 @@ def run_and_report(range_spec: str, command: list[str], *, repo: Path = Path("."
         return fail("--timeout must be a positive number of seconds", 2)
     try:
         pred = make_predicate(predicate, command, **(options or {}))
+        if jobs > 1 or executor != "local" or ray_address or ray_gpus or clone_url:
+            if flaky:
+                return fail("--flaky runs one probe at a time: drop --jobs/--executor", 2)
+            from rlbisect.bisect.parallel import parallel_runner
+            run_bisect = parallel_runner(jobs, executor, ray_address=ray_address,  # noqa: F811
+                                         ray_gpus=ray_gpus, clone_url=clone_url)
         with live_progress() as (on_status, on_probe):
+            if flaky:
+                from functools import partial
+
+                from rlbisect.bisect.flaky import run_flaky
+                run_bisect = partial(run_flaky, confidence=confidence,  # noqa: F811
+                                     max_runs=max_runs)
             result = run_bisect(repo, range_spec, pred, first_parent=first_parent,
                                 timeout=timeout, use_cache=use_cache, on_probe=on_probe,
                                 on_status=on_status)

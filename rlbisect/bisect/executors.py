@@ -1,0 +1,310 @@
+"""Executors: where a bisect's probes run, several at once.
+
+    from rlbisect.bisect.executors import Checkout, make_executor
+    ex = make_executor("ray", jobs=4, ray_address="auto", ray_gpus=1)   # or "local"
+    ex.open()
+    future = ex.submit(commit, Checkout(repo="/src/trainer", local=...), predicate, timeout=600)
+    probe = future.result()           # a Probe; our own failures are skips, never bad
+    ex.close()
+
+:class:`LocalExecutor` (the default) runs each probe in a thread of this process. Threads are
+enough: every predicate does its work in a subprocess through ``run_command``, which owns the
+probe's process group, its timeout and the reaction to :data:`~rlbisect.bisect.predicates.STOP`.
+
+:class:`RayExecutor` makes each probe a Ray task that can ask for GPUs. The task materializes
+the commit *on its node*, in a node-local temporary directory removed when the task ends: a
+``git clone --shared`` of the repository path when the node sees it (a shared filesystem; the
+user's repository is only read), or a ``git clone`` of ``--clone-url`` (the commit must be
+pushed there). The predicate object travels with the task (cloudpickle) and rlbisect must be
+installed on the nodes. Marks still go into git on the driver. ``ray`` is imported only here,
+only for ``--executor ray``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rlbisect.bisect import repo as gitrepo
+from rlbisect.bisect.predicates import KILL_GRACE, STOP, Predicate, Probe
+
+EXECUTORS = ("local", "ray")
+RAY_HINT = "pip install 'rlbisect[ray]'"
+
+
+class ExecutorError(gitrepo.BisectInputError):
+    """The executor cannot be used as asked (exit 2, one line; nothing changed)."""
+
+
+@dataclass
+class Checkout:
+    """Where a probe gets its commit's files.
+
+    ``local`` materializes the commit on this machine (a slot worktree of the bisect session);
+    ``repo`` (a path the nodes may see) and ``clone_url`` are what a remote node uses. ``good``
+    is GOOD's id, for predicates that compare against GOOD (see ``predicates.bind``).
+    """
+
+    repo: str
+    clone_url: str | None = None
+    good: str | None = None
+    local: Callable[[], Path] | None = None
+
+    def remote(self) -> dict:
+        """What travels to a node: plain data only."""
+        return {"repo": self.repo, "clone_url": self.clone_url, "good": self.good}
+
+
+class NodeOnly:
+    """Placeholder checkout of GOOD given to a predicate on the driver; the Ray task binds the
+    predicate again with a checkout made on its node (a driver path means nothing there)."""
+
+    def __call__(self) -> Path:
+        raise RuntimeError("GOOD is checked out on the Ray node, not on the driver")
+
+
+def _safe_probe(work: Callable[[], Probe]) -> Probe:
+    try:
+        return work()
+    except (gitrepo.RepoError, OSError) as e:
+        return Probe("skip", reason=f"checkout failed: {e}", cacheable=False)
+    except Exception as e:  # a crash in the probe machinery is never evidence of a bad commit
+        return Probe("skip", reason=f"probe crashed: {type(e).__name__}: {e}", cacheable=False)
+
+
+class Executor:
+    """Runs probes concurrently. ``submit`` returns a future whose result is a :class:`Probe`
+    (never an exception); ``stop`` ends in-flight probes and returns once they are over."""
+
+    name = "executor"
+    remote = False   # True when probes run elsewhere and materialize their own checkout
+
+    def __init__(self, jobs: int = 1):
+        self.jobs = jobs
+
+    def open(self) -> None:
+        """Get ready. Called before the bisect traps signals (``ray.init`` sets a handler)."""
+
+    def submit(self, commit: str, checkout: Checkout, predicate: Predicate,
+               timeout: float | None) -> "Future[Probe]":
+        raise NotImplementedError
+
+    def stop(self, futures: set[Future]) -> None:
+        """End the given in-flight probes (rlbisect got a signal or failed) and wait for them."""
+
+    def close(self) -> None:
+        """Release what :meth:`open` took."""
+
+
+class LocalExecutor(Executor):
+    """Probes in threads of this process, each in its own worktree."""
+
+    name = "local"
+
+    def __init__(self, jobs: int = 1):
+        super().__init__(jobs)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def open(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self.jobs),
+                                        thread_name_prefix="rlbisect-probe")
+
+    def submit(self, commit, checkout, predicate, timeout):
+        if self._pool is None:
+            self.open()
+        assert checkout.local is not None, "the local executor needs a local checkout"
+        return self._pool.submit(_safe_probe,  # type: ignore[union-attr]
+                                 lambda: predicate.probe(checkout.local(), commit, timeout))
+
+    def stop(self, futures):
+        for f in futures:
+            f.cancel()          # not started yet: never starts
+        STOP.set()              # running: run_command kills each probe's process group
+        wait_futures(futures)   # a thread still in a checkout must finish before cleanup
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError("--executor ray needs Ray, which is not installed: "
+                            f"{RAY_HINT}") from None
+    return ray
+
+
+class RayExecutor(Executor):
+    """Each probe is a Ray task (``num_gpus`` per probe) that checks its commit out on its node.
+
+    ``address`` None uses ``RAY_ADDRESS`` if set, else starts a local instance for this run
+    (``"auto"`` joins a cluster started with ``ray start`` on this machine); a Ray session
+    already open in this process is reused and left open.
+    """
+
+    name = "ray"
+    remote = True
+
+    def __init__(self, jobs: int = 1, address: str | None = None, num_gpus: float = 0.0,
+                 clone_url: str | None = None, num_cpus: float = 1.0):
+        super().__init__(jobs)
+        self.ray = _import_ray()
+        self.address, self.num_gpus, self.num_cpus = address, num_gpus, num_cpus
+        self.clone_url = clone_url
+        self._owned = self._local = False
+        self._refs: dict[Future, object] = {}
+        self._task = None
+
+    def open(self) -> None:
+        ray = self.ray
+        if not ray.is_initialized():
+            kwargs: dict = {"address": self.address, "logging_level": "WARNING",
+                            "log_to_driver": False}
+            if self.address is None and not os.environ.get("RAY_ADDRESS"):
+                # a throw-away local instance ("local": not whatever `ray start` left behind),
+                # no dashboard, a small object store (probes return a few numbers) that also
+                # fits a container's small /dev/shm
+                kwargs.update(address="local", include_dashboard=False,
+                              object_store_memory=80 * 2**20)
+                self._local = True
+            try:
+                ray.init(**kwargs)
+            except Exception as e:
+                where = self.address or "a local instance"
+                msg = str(e).strip().splitlines()
+                raise ExecutorError(f"cannot start Ray ({where}): {type(e).__name__}: "
+                                    f"{msg[0] if msg else ''}") from None
+            self._owned = True
+        self._task = ray.remote(_probe_on_node)
+        have = ray.cluster_resources().get("GPU", 0)
+        if self.num_gpus > have and self._local:   # no node will ever join: fail now
+            self.close()
+            raise ExecutorError(f"--ray-gpus {self.num_gpus:g}: this machine has {have:g} GPUs "
+                                "for a local Ray instance; give --ray-address of a cluster")
+        if self.num_gpus > have:   # an autoscaling cluster may still add GPU nodes: warn only
+            print(f"rlbisect: warning: the Ray cluster has {have:g} GPUs now; probe tasks "
+                  f"asking for {self.num_gpus:g} wait until a node with them joins",
+                  file=sys.stderr)
+
+    def submit(self, commit, checkout, predicate, timeout):
+        spec = checkout.remote()
+        spec["clone_url"] = spec["clone_url"] or self.clone_url
+        try:
+            ref = self._task.options(  # type: ignore[union-attr]
+                num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                max_retries=0,  # a retry would run the probe twice; a lost task is a skip
+                name=f"rlbisect-probe-{commit[:10]}").remote(commit, spec, predicate, timeout)
+        except Exception as e:   # e.g. a predicate that cannot be pickled: no probe can run
+            msg = (str(e).strip().splitlines() or [""])[0]
+            raise ExecutorError(f"cannot send the probe to Ray: {type(e).__name__}: "
+                                f"{msg}") from None
+        out: Future = Future()
+        out.set_running_or_notify_cancel()
+        self._refs[out] = ref
+
+        def finished(f: Future) -> None:
+            self._refs.pop(out, None)
+            try:
+                out.set_result(Probe(**f.result()))
+            except Exception as e:
+                reason = ("interrupted" if "Cancel" in type(e).__name__ else
+                          f"Ray task failed: {type(e).__name__}: "
+                          f"{(str(e).strip().splitlines() or [''])[-1][:200]}")
+                out.set_result(Probe("skip", reason=reason, cacheable=False))
+        ref.future().add_done_callback(finished)  # type: ignore[attr-defined]
+        return out
+
+    def stop(self, futures):
+        refs = [self._refs[f] for f in futures if f in self._refs]
+        for ref in refs:   # KeyboardInterrupt in the task: it kills its probe's process group
+            self.ray.cancel(ref)
+        _, left = wait_futures(futures, timeout=2 * KILL_GRACE + 5)
+        for f in left:     # a task that did not react in time: kill its worker
+            if f in self._refs:
+                self.ray.cancel(self._refs[f], force=True)
+        wait_futures(futures, timeout=10)
+
+    def close(self):
+        if self._owned:
+            self.ray.shutdown()
+            self._owned = False
+
+
+def make_executor(name: str, jobs: int = 1, *, ray_address: str | None = None,
+                  ray_gpus: float = 0.0, clone_url: str | None = None) -> Executor:
+    """The executor the user asked for; raises :class:`ExecutorError` (exit 2) for bad options."""
+    if name not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {name!r} (known: {', '.join(EXECUTORS)})")
+    if jobs < 1:
+        raise ExecutorError(f"--jobs must be at least 1, not {jobs}")
+    if name == "local":
+        given = [opt for opt, v in (("--ray-address", ray_address), ("--ray-gpus", ray_gpus),
+                                    ("--clone-url", clone_url)) if v]
+        if given:
+            raise ExecutorError(f"{given[0]} needs --executor ray")
+        return LocalExecutor(jobs)
+    if ray_gpus < 0:
+        raise ExecutorError(f"--ray-gpus must be >= 0, not {ray_gpus:g}")
+    return RayExecutor(jobs, ray_address, ray_gpus, clone_url)
+
+
+# ---- on the Ray node ----------------------------------------------------------------------
+
+def _clone(spec: dict, commit: str, dest: Path) -> Path:
+    """``commit``'s files in ``dest``: a shared clone of the repository path when this node sees
+    it (objects read in place, nothing written there), else a clone of the clone URL."""
+    source = spec.get("clone_url")
+    if not source:
+        if not Path(spec["repo"]).exists():
+            raise gitrepo.RepoError(f"{spec['repo']} is not visible on node "
+                                    f"{socket.gethostname()}: give --clone-url")
+        source = spec["repo"]
+    shared = [] if spec.get("clone_url") else ["--shared"]
+    gitrepo._git_ok(dest.parent, "clone", "-q", "--no-checkout", *shared, source, str(dest))
+    status, _, err = gitrepo.git_run(dest, "checkout", "-q", "--detach", commit)
+    if status != 0:
+        hint = " (is it pushed to --clone-url?)" if spec.get("clone_url") else ""
+        raise gitrepo.RepoError(f"no commit {commit[:12]} in {source}{hint}")
+    return dest
+
+
+def _probe_on_node(commit: str, spec: dict, predicate: Predicate, timeout: float | None) -> dict:
+    """The Ray task: check out, probe, clean up; returns the Probe as a plain dict."""
+    STOP.clear()   # a reused worker process may still hold the flag of a cancelled task
+    tmp = Path(tempfile.mkdtemp(prefix="rlbisect-node-"))
+    box: list[Probe] = []
+
+    def work() -> Probe:
+        worktree = _clone(spec, commit, tmp / "probe")
+        if spec.get("good") and getattr(predicate, "setup", None) is not None:
+            predicate.setup(spec["good"], lambda: _clone(spec, spec["good"], tmp / "good"))
+        return predicate.probe(worktree, commit, timeout)
+
+    # The probe runs in a thread so that Ray's cancel (a KeyboardInterrupt in this thread)
+    # reaches us while it runs: we set STOP, run_command kills the process group, we clean up.
+    t = threading.Thread(target=lambda: box.append(_safe_probe(work)), daemon=True)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(0.1)
+    except KeyboardInterrupt:
+        STOP.set()
+        while t.is_alive():
+            t.join(0.1)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dataclasses.asdict(box[0])

@@ -1,0 +1,209 @@
+"""`rlbisect run --flaky` end to end: real git, a predicate that lies, the CLI in-process."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from test_signals import live_members, start_rlbisect, wait_for
+
+FLAKY_KEYS = {"posterior", "n_runs", "n_probes", "outcome", "confidence", "flip_rate",
+              "first_bad", "candidates", "probes", "bisect_log", "status"}
+
+
+def flaky_cmd(counter: Path, seed: int, per_mille: int = 100) -> list[str]:
+    """The state file's verdict, flipped with probability per_mille/1000 per run.
+
+    The random source is a hash of (run counter, seed): the counter file lives outside the
+    repository, so every run - repeats of one commit included - draws a new number. rlbisect
+    is not told the rate.
+    """
+    script = (
+        f'c=$(cat {counter} 2>/dev/null || echo 0); c=$((c + 1)); echo $c > {counter}\n'
+        f'x=$(( (c * 1000003 + {seed} * 7919 + 12345) & 2147483647 ))\n'
+        'x=$(( ((x ^ (x >> 13)) * 1274126177) & 2147483647 ))\n'
+        'x=$(( ((x ^ (x >> 16)) * 1911520717) & 2147483647 ))\n'
+        'x=$(( x ^ (x >> 13) ))\n'
+        'v=0; [ "$(cat state)" = bad ] && v=1\n'
+        f'[ $((x % 1000)) -lt {per_mille} ] && v=$((1 - v))\n'
+        'exit $v\n')
+    return ["sh", "-c", script]
+
+
+def runs_made(counter: Path) -> int:
+    return int(counter.read_text()) if counter.exists() else 0
+
+
+def replay(tmp_path: Path, repo: Path, log: str) -> subprocess.CompletedProcess:
+    """`git bisect replay` of a captured log in a fresh clone."""
+    clone = tmp_path / f"clone-{abs(hash(log)) % 10**8}"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    (clone / "bisect.log").write_text(log)
+    return subprocess.run(["git", "bisect", "replay", "bisect.log"], cwd=clone,
+                          capture_output=True, text=True)
+
+
+def test_finds_culprits_of_64_commit_histories_with_a_10_percent_liar(tiny_repo, run_cli,
+                                                                       tmp_path):
+    found, runs = 0, []
+    for trial in range(8):
+        culprit = 1 + (trial * 37 + 5) % 63
+        r = tiny_repo(["good"] * culprit + ["bad"] * (64 - culprit), name=f"h{trial}",
+                      dirty=trial == 0)
+        before = r.snapshot()
+        counter = tmp_path / f"counter-{trial}"
+        code, out, data = run_cli(["main~63..main", "--repo", str(r.path), "--flaky", "--",
+                                   *flaky_cmd(counter, seed=trial)])
+        assert code in (0, 3), out
+        assert FLAKY_KEYS <= set(data)
+        assert data["n_runs"] == data["n_probes"] == runs_made(counter)  # every run was fresh
+        found += data["first_bad"] == r.shas[culprit]
+        runs.append(data["n_runs"])
+        assert r.snapshot() == before
+    assert found >= 7 and sum(runs) / len(runs) <= 20, (found, runs)
+
+
+def test_found_result_json_text_and_replayable_log(tiny_repo, run_cli, tmp_path):
+    r = tiny_repo(["good"] * 23 + ["bad"] * 9)
+    before = r.snapshot()
+    code, out, data = run_cli(["main~31..main", "--repo", str(r.path), "--flaky",
+                               "--confidence", "0.99", "--", *flaky_cmd(tmp_path / "c", 3)])
+    assert code == 0 and data["status"] == data["outcome"] == "found"
+    assert data["first_bad"] == r.shas[23] and data["candidates"] == [r.shas[23]]
+    post = data["posterior"]
+    assert post[0] == {"commit": r.shas[23], "p": post[0]["p"]} and post[0]["p"] >= 0.99
+    assert [p["p"] for p in post] == sorted((p["p"] for p in post), reverse=True)
+    assert len(post) == 10 and sum(p["p"] for p in post) <= 1 + 1e-9
+    assert 0 <= data["flip_rate"]["p05"] <= data["flip_rate"]["mean"] <= data["flip_rate"]["p95"]
+    assert data["first_parent"] is True and data["confidence"] == 0.99
+    assert f"{r.shas[23]} is the first bad commit (posterior" in out and "predicate runs" in out
+    # git was told only what is sure: GOOD side of the culprit good, the culprit bad
+    assert f"git bisect good {r.shas[22]}" in data["bisect_log"]
+    assert f"git bisect bad {r.shas[23]}" in data["bisect_log"]
+    replayed = replay(tmp_path, r.path, data["bisect_log"])
+    assert replayed.returncode == 0 and f"{r.shas[23]} is the first bad commit" in replayed.stdout
+    assert r.snapshot() == before
+
+
+def test_a_deterministic_predicate_costs_at_most_three_runs_over_log2n(tiny_repo, run_cli,
+                                                                        state_cmd):
+    r = tiny_repo(["good"] * 41 + ["bad"] * 23)
+    code, _, data = run_cli(["main~63..main", "--repo", str(r.path), "--flaky", "--",
+                             *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[41]
+    assert data["n_runs"] <= math.ceil(math.log2(63)) + 3
+    assert data["flip_rate"]["mean"] < 0.05
+
+
+def test_not_sure_within_the_budget_exits_3_with_the_likeliest_commits(tiny_repo, run_cli,
+                                                                         tmp_path, state_cmd):
+    r = tiny_repo(["good"] * 10 + ["bad"] * 6)
+    before = r.snapshot()
+    code, out, data = run_cli(["main~15..main", "--repo", str(r.path), "--flaky",
+                               "--confidence", "0.999", "--max-runs", "4", "--", *state_cmd])
+    assert code == 3 and data["exit_code"] == 3
+    assert data["status"] == "ambiguous" and data["outcome"] == "unknown"
+    assert data["first_bad"] is None and data["n_runs"] == 4 and r.shas[10] in data["candidates"]
+    assert "run budget (4 runs) is spent" in out and "posterior of the likeliest" in out
+    replayed = replay(tmp_path, r.path, data["bisect_log"])  # whatever was marked is valid
+    assert replayed.returncode == 0 and "first bad commit" not in replayed.stdout
+    assert r.snapshot() == before
+
+
+def test_only_skipped_commits_left_exits_3_like_git(tiny_repo, run_cli, state_cmd, tmp_path):
+    r = tiny_repo(["good", "good", "skip", "skip", "skip", "bad", "bad"])
+    code, out, data = run_cli(["main~6..main", "--repo", str(r.path), "--flaky", "--",
+                               *state_cmd])
+    assert code == 3 and data["outcome"] == "skipped"
+    assert data["candidates"] == r.shas[2:6]
+    assert "only skipped commits can still hold it" in out
+    replayed = replay(tmp_path, r.path, data["bisect_log"])
+    assert "could be any of" in replayed.stdout
+    assert all(sha in replayed.stdout for sha in data["candidates"])
+    assert "# only skipped commits left to test" in data["bisect_log"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--confidence", "0.5"], "--confidence must be between 0.5 and 1"),
+    (["--confidence", "1"], "--confidence must be between 0.5 and 1"),
+    (["--max-runs", "0"], "--max-runs must be at least 1"),
+    (["--timeout", "0"], "--timeout must be"),
+])
+def test_bad_flaky_input_exits_2_and_changes_nothing(tiny_repo, run_cli, state_cmd, args,
+                                                    needle):
+    r = tiny_repo(["good", "good", "bad", "bad"])
+    before = r.snapshot()
+    code, out, data = run_cli(["main~3..main", "--repo", str(r.path), "--flaky", *args, "--",
+                               *state_cmd])
+    assert code == 2 and data is None and needle in out and len(out.strip().splitlines()) == 1
+    assert r.snapshot() == before
+
+
+def test_an_aborting_predicate_exits_4(tiny_repo, run_cli, state_cmd):
+    r = tiny_repo(["good"] + ["255"] * 5)
+    code, out, data = run_cli(["main~5..main", "--repo", str(r.path), "--flaky", "--",
+                               *state_cmd])
+    assert code == 4 and data["outcome"] == "aborted" and "exit 255" in out
+
+
+def test_flaky_bisects_the_first_parent_chain(tiny_repo, run_cli, state_cmd):
+    #   c0 - c1 ------ c4(merge) - c5      c2 - c3 (breaks it) on a side branch off c0
+    r = tiny_repo(["good", "good", "good", "bad", "bad", "bad"],
+                  parents=[[], [0], [0], [2], [1, 3], [4]])
+    code, _, data = run_cli([f"{r.shas[0]}..main", "--repo", str(r.path), "--flaky", "--",
+                             *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[4]
+    assert not {p["commit"] for p in data["probes"]} & {r.shas[2], r.shas[3]}
+
+
+def test_runs_are_recorded_apart_and_a_rerun_starts_from_them(tiny_repo, run_cli, tmp_path):
+    r = tiny_repo(["good"] * 12 + ["bad"] * 4)
+    counter = tmp_path / "counter"
+    cmd = flaky_cmd(counter, seed=5)
+    _, _, first = run_cli(["main~15..main", "--repo", str(r.path), "--flaky", "--", *cmd])
+    made = runs_made(counter)
+    assert first["n_runs"] == made and not any(p["cached"] for p in first["probes"])
+    _, out, again = run_cli(["main~15..main", "--repo", str(r.path), "--flaky", "--", *cmd])
+    assert again["n_runs"] == 0 and runs_made(counter) == made          # nothing re-run
+    assert again["first_bad"] == first["first_bad"] and f"(+{made} recorded)" in out
+    assert [p["verdict"] for p in again["probes"]] == [p["verdict"] for p in first["probes"]]
+    # a deterministic bisect with the same command does not take those runs as truth
+    _, _, plain = run_cli(["main~15..main", "--repo", str(r.path), "--", *cmd])
+    assert plain["n_probes"] >= 1 and not any(p["cached"] for p in plain["probes"])
+    # --no-cache: fresh runs only
+    _, _, fresh = run_cli(["main~15..main", "--repo", str(r.path), "--flaky", "--no-cache",
+                           "--", *cmd])
+    assert fresh["n_runs"] >= 1 and not any(p["cached"] for p in fresh["probes"])
+
+
+def test_sigint_during_a_flaky_run_cleans_up_everything(tiny_repo, tmp_path):
+    r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    before = r.snapshot()
+    pidfile = tmp_path / "predicate.pid"
+    proc = start_rlbisect(r.path, ["sh", "-c", f"echo $$ > {pidfile}; sleep 60 & wait"],
+                          "--flaky", "--json", str(tmp_path / "partial.json"))
+    pgid = int(wait_for(pidfile, proc))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted by SIGINT" in out and "Traceback" not in err
+    partial = json.loads((tmp_path / "partial.json").read_text())
+    assert partial["status"] == partial["outcome"] == "interrupted" and partial["n_runs"] == 0
+    assert live_members(pgid, settle=2.0) == []
+    assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))
+    assert r.snapshot() == before
+
+
+def test_help_documents_the_flaky_options():
+    from typer.testing import CliRunner
+
+    from rlbisect.cli import app
+    out = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    assert "--flaky" in out and "--confidence" in out and "--max-runs" in out
+    assert "first-parent chain" in out and "rlbisect run v1.2..main --flaky" in out
