@@ -27,7 +27,6 @@ Signals and cleanup are the deterministic runner's own (``runner._SignalTrap``, 
 from __future__ import annotations
 
 import json
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +36,8 @@ from rlbisect.bisect import repo as gitrepo
 from rlbisect.bisect.bayes import Decision, FlakySearch, default_max_runs
 from rlbisect.bisect.cache import ProbeCache, predicate_key
 from rlbisect.bisect.predicates import Predicate, Probe, bind
-from rlbisect.bisect.runner import (BisectInterrupted, BisectResult, ProbeRecord, _confirm_on_good,
-                                    _run_probe, _SignalTrap, _Stopped)
+from rlbisect.bisect.runner import (BisectResult, ProbeRecord, _confirm_on_good, _run_probe, _SignalTrap, drive,
+                                    finish)
 
 #: Candidates listed in ``posterior`` (JSON) and in the text summary.
 TOP = 10
@@ -236,18 +235,12 @@ def run_flaky(repo: str | Path, range_spec: str, predicate: Predicate, *,
                 bind(predicate, session, good)
                 result.predicate = predicate.identity()
                 loop.identity = flaky_identity(predicate)
-                try:
+                def body() -> None:
                     decision = loop.run(session, t_start)
                     if result.status != "aborted":
                         trap.check()
                         loop.finish(session, decision)
-                except _Stopped:
-                    result.status = "interrupted"
-                except gitrepo.RepoError:
-                    if trap.signum is None:
-                        raise
-                    result.status = "interrupted"  # git was killed by the same Ctrl-C
-                result.bisect_log = session.log()
+                drive(session, trap, result, body)
             loop.summarize()
             if result.status in ("aborted", "interrupted"):
                 result.outcome = result.status
@@ -256,13 +249,9 @@ def run_flaky(repo: str | Path, range_spec: str, predicate: Predicate, *,
                 loop.info(sha)
         finally:
             repo_obj.close()
-    result.total_seconds = time.perf_counter() - t_start
     if trap.signum is not None:
-        result.status, result.signum = "interrupted", trap.signum
         result.outcome = "interrupted"
-        result.message = f"interrupted by {signal.Signals(trap.signum).name}"
-        raise BisectInterrupted(trap.signum, result)
-    return result
+    return finish(result, trap, t_start)
 
 
 def summary(result: FlakyResult) -> str:

@@ -24,7 +24,6 @@ recorded; those git would refuse once the others are marked are not marked (the 
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future
@@ -36,8 +35,8 @@ from rlbisect.bisect import repo as gitrepo
 from rlbisect.bisect.cache import ProbeCache
 from rlbisect.bisect.executors import Checkout, Executor, LocalExecutor, NodeOnly, make_executor
 from rlbisect.bisect.predicates import Predicate, Probe
-from rlbisect.bisect.runner import (BisectInterrupted, BisectResult, ProbeRecord, _Loop,
-                                    _SignalTrap, _Stopped)
+from rlbisect.bisect.runner import (BisectResult, ProbeRecord, _Loop, _SignalTrap, drive, finish,
+                                    name_commits)
 
 
 class _Slots:
@@ -268,12 +267,7 @@ def run_parallel(repo: str | Path, range_spec: str, predicate: Predicate, *, job
             executor.close()
     finally:
         repo_obj.close()
-    result.total_seconds = time.perf_counter() - t_start
-    if trap.signum is not None:
-        result.status, result.signum = "interrupted", trap.signum
-        result.message = f"interrupted by {signal.Signals(trap.signum).name}"
-        raise BisectInterrupted(trap.signum, result)
-    return result
+    return finish(result, trap, t_start)
 
 
 def _run(repo_obj, good: str, bad: str, predicate: Predicate, executor: Executor,
@@ -288,22 +282,14 @@ def _run(repo_obj, good: str, bad: str, predicate: Predicate, executor: Executor
         result.predicate = predicate.identity()
         loop = _Rounds(repo_obj, predicate, result, cache, trap, timeout, on_probe, on_status,
                        slots=slots, executor=executor, jobs=jobs, on_round=on_round)
-        try:
+        def body() -> None:
             loop.run(session, t_start)
             if diagnose and result.status == "found" and result.first_bad:
                 loop.diagnose(session)
-        except _Stopped:
-            result.status = "interrupted"
-        except gitrepo.RepoError:
-            if trap.signum is None:
-                raise
-            result.status = "interrupted"  # git was killed by the same Ctrl-C
-        result.bisect_log = session.log()
+        drive(session, trap, result, body)
     if result.status in ("aborted", "interrupted"):
         result.candidates = loop.mirror.candidates()
-    named = result.candidates if result.status == "ambiguous" else result.candidates[:50]
-    for sha in [good, bad, *named]:  # subjects for the report
-        loop.info(sha)
+    name_commits(loop, result)
     return result
 
 

@@ -224,20 +224,19 @@ def run_and_report(range_spec: str, command: list[str], *, repo: Path = Path("."
         return fail("--timeout must be a positive number of seconds", 2)
     try:
         pred = make_predicate(predicate, command, **(options or {}))
+        bisect = run_bisect   # or the parallel or the flaky search, chosen below
         if jobs > 1 or executor != "local" or ray_address or ray_gpus or clone_url:
             if flaky:
                 return fail("--flaky runs one probe at a time: drop --jobs/--executor", 2)
             from rlbisect.bisect.parallel import parallel_runner
-            run_bisect = parallel_runner(jobs, executor, ray_address=ray_address,  # noqa: F811
-                                         ray_gpus=ray_gpus, clone_url=clone_url)
+            bisect = parallel_runner(jobs, executor, ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url)
         with live_progress() as (on_status, on_probe):
             if flaky:
                 from functools import partial
 
                 from rlbisect.bisect.flaky import run_flaky
-                run_bisect = partial(run_flaky, confidence=confidence,  # noqa: F811
-                                     max_runs=max_runs)
-            result = run_bisect(repo, range_spec, pred, first_parent=first_parent,
+                bisect = partial(run_flaky, confidence=confidence, max_runs=max_runs)
+            result = bisect(repo, range_spec, pred, first_parent=first_parent,
                                 timeout=timeout, use_cache=use_cache, on_probe=on_probe,
                                 on_status=on_status)
     except (PredicateError, BisectInputError) as e:

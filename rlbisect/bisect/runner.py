@@ -239,6 +239,38 @@ class _Loop:
                          "first_bad_verdict": bverdict, "rows": compare(pv, bv)}
 
 
+def drive(session: gitrepo.BisectSession, trap: "_SignalTrap", result: BisectResult,
+          body: Callable[[], object]) -> None:
+    """Run a loop's `body` in its session. A stop (our signal flag, or git killed by the same
+    Ctrl-C) marks the result interrupted; the bisect log is kept either way."""
+    try:
+        body()
+    except _Stopped:
+        result.status = "interrupted"
+    except gitrepo.RepoError:
+        if trap.signum is None:
+            raise
+        result.status = "interrupted"
+    result.bisect_log = session.log()
+
+
+def name_commits(loop: "_Loop", result: BisectResult, limit: int = 50) -> None:
+    """Look up subjects for the report: the endpoints and the candidates (all of a skip-only ending)."""
+    named = result.candidates if result.status == "ambiguous" else result.candidates[:limit]
+    for sha in [result.good, result.bad, *named]:
+        loop.info(sha)
+
+
+def finish(result: BisectResult, trap: "_SignalTrap", t_start: float) -> BisectResult:
+    """Stamp the wall time; after a signal, raise BisectInterrupted (cleanup has already run)."""
+    result.total_seconds = time.perf_counter() - t_start
+    if trap.signum is not None:
+        result.status, result.signum = "interrupted", trap.signum
+        result.message = f"interrupted by {signal.Signals(trap.signum).name}"
+        raise BisectInterrupted(trap.signum, result)
+    return result
+
+
 def run_bisect(repo: str | Path, range_spec: str, predicate: Predicate, *,
                first_parent: bool = False, timeout: float | None = None, use_cache: bool = True,
                on_probe: Callable[[ProbeRecord], None] | None = None,
@@ -264,27 +296,15 @@ def run_bisect(repo: str | Path, range_spec: str, predicate: Predicate, *,
                 bind(predicate, session, good)
                 result.predicate = predicate.identity()
                 loop = _Loop(repo_obj, predicate, result, cache, trap, timeout, on_probe, on_status)
-                try:
+
+                def body() -> None:
                     loop.run(session, t_start)
                     if diagnose and result.status == "found" and result.first_bad:
                         loop.diagnose(session)
-                except _Stopped:
-                    result.status = "interrupted"
-                except gitrepo.RepoError:
-                    if trap.signum is None:
-                        raise
-                    result.status = "interrupted"  # git was killed by the same Ctrl-C
-                result.bisect_log = session.log()
+                drive(session, trap, result, body)
             if result.status in ("aborted", "interrupted"):
                 result.candidates = loop.mirror.candidates()
-            named = result.candidates if result.status == "ambiguous" else result.candidates[:50]
-            for sha in [good, bad, *named]:  # subjects for the report
-                loop.info(sha)
+            name_commits(loop, result)
         finally:
             repo_obj.close()
-    result.total_seconds = time.perf_counter() - t_start
-    if trap.signum is not None:
-        result.status, result.signum = "interrupted", trap.signum
-        result.message = f"interrupted by {signal.Signals(trap.signum).name}"
-        raise BisectInterrupted(trap.signum, result)
-    return result
+    return finish(result, trap, t_start)
