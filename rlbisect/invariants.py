@@ -8,7 +8,7 @@ log-probability, a one-pass gradient, a fresh recomputation, advantages recomput
     2 sampler = trainer log-prob        max |trainer logp - sampler logp| on the masked positions
     3 ratio = 1 before any step         max |ratio - 1| in the trainer's backward of a first minibatch
     4 group advantage mean = 0          max |mean advantage| over groups
-    5 loss invariant to padding         |loss(padded batch) - loss(batch)|
+    5 loss invariant to padding         |loss(padded batch) - loss(batch)| on that minibatch
     6 accumulated = one-pass gradient   |g_trainer - g_one_pass| / |g_one_pass| on that minibatch
     7 old_logp frozen in the update     approx_kl over one real update (0 means ratio == 1 throughout)
     8 update raises log pi where A > 0  corr(change of log pi(episode), advantage) after one update
@@ -83,9 +83,14 @@ class CheckContext:
         self.batch, self.truth = adapter.probe_batch()
         B = len(self.truth.rewards)
         self.rows = torch.arange(B)
-        # Accumulation and the first-step ratio are properties of one minibatch: check them on a
-        # seeded random half of the rows, the unit a trainer accumulates over (and half the cost).
-        self.minibatch = torch.randperm(B, generator=torch.Generator().manual_seed(0))[: max(B // 2, 1)]
+        # Accumulation, padding and the first-step ratio are properties of one minibatch: check them
+        # on a seeded random half of the rows (the unit a trainer accumulates over, at half the
+        # cost) that always holds the episode whose policy tokens reach furthest right: the batch's
+        # right edge is where a shifted mask and padding interact.
+        half = torch.randperm(B, generator=torch.Generator().manual_seed(0))[: max(B // 2, 1)]
+        positions = torch.arange(1, self.truth.owned.shape[1] + 1)
+        furthest = int(((self.truth.owned > 0) * positions).amax(-1).argmax())
+        self.minibatch = half if furthest in half else torch.cat([half[:-1], torch.tensor([furthest])])
 
     @cached_property
     def prep(self) -> Prepared:
@@ -96,13 +101,13 @@ class CheckContext:
         return self.adapter.log_probs(self.model, self.batch)
 
     @cached_property
-    def one_pass(self) -> torch.Tensor:                        # the minibatch gradient in one backward
+    def one_pass(self) -> tuple[torch.Tensor, float]:          # (gradient, loss) of the minibatch, one backward
         self.model.zero_grad()
         loss, _ = self.adapter.loss(self.model, self.batch, self.minibatch, self.prep)
         loss.backward()
         grad = _flat_grad(self.model)
         self.model.zero_grad()
-        return grad
+        return grad, float(loss.detach())
 
     @cached_property
     def trainer_pass(self) -> tuple[torch.Tensor, dict]:       # (gradient, stats) by the trainer's backward
@@ -168,15 +173,14 @@ def _group_mean(ctx):
 def _padding(ctx):
     padded = ctx.adapter.pad(ctx.batch, 8)
     with torch.no_grad():
-        loss, _ = ctx.adapter.loss(ctx.model, ctx.batch, ctx.rows, ctx.prep)
-        padded_loss, _ = ctx.adapter.loss(ctx.model, padded, ctx.rows, ctx.adapter.prepare(ctx.model, padded))
-    value = abs(float(padded_loss) - float(loss))
+        padded_loss, _ = ctx.adapter.loss(ctx.model, padded, ctx.minibatch, ctx.adapter.prepare(ctx.model, padded))
+    value = abs(float(padded_loss) - ctx.one_pass[1])
     return value, value < ctx.t.padding
 
 
 @register_invariant("accumulated = one-pass gradient")
 def _accumulation(ctx):
-    full, accumulated = ctx.one_pass, ctx.trainer_pass[0]
+    full, accumulated = ctx.one_pass[0], ctx.trainer_pass[0]
     value = float((accumulated - full).norm() / full.norm().clamp(min=1e-30))
     return value, value < ctx.t.accumulation
 
