@@ -22,6 +22,8 @@ only for ``--executor ray``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import dataclasses
 import os
 import shutil
@@ -82,7 +84,7 @@ def _safe_probe(work: Callable[[], Probe]) -> Probe:
         return Probe("skip", reason=f"probe crashed: {type(e).__name__}: {e}", cacheable=False)
 
 
-class Executor:
+class Executor(ABC):
     """Runs probes concurrently. ``submit`` returns a future whose result is a :class:`Probe`
     (never an exception); ``stop`` ends in-flight probes and returns once they are over."""
 
@@ -95,9 +97,10 @@ class Executor:
     def open(self) -> None:
         """Get ready. Called before the bisect traps signals (``ray.init`` sets a handler)."""
 
+    @abstractmethod
     def submit(self, commit: str, checkout: Checkout, predicate: Predicate,
                timeout: float | None) -> "Future[Probe]":
-        raise NotImplementedError
+        """Start probing `commit`; the future's result is its Probe."""
 
     def stop(self, futures: set[Future]) -> None:
         """End the given in-flight probes (rlbisect got a signal or failed) and wait for them."""

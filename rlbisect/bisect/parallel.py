@@ -35,8 +35,7 @@ from rlbisect.bisect import repo as gitrepo
 from rlbisect.bisect.cache import ProbeCache
 from rlbisect.bisect.executors import Checkout, Executor, LocalExecutor, NodeOnly, make_executor
 from rlbisect.bisect.predicates import Predicate, Probe
-from rlbisect.bisect.runner import (BisectResult, ProbeRecord, _Loop, _SignalTrap, drive, finish,
-                                    name_commits)
+from rlbisect.bisect.runner import BisectResult, ProbeRecord, _Loop, _SignalTrap, conclude, finish, run_loop
 
 
 class _Slots:
@@ -282,14 +281,8 @@ def _run(repo_obj, good: str, bad: str, predicate: Predicate, executor: Executor
         result.predicate = predicate.identity()
         loop = _Rounds(repo_obj, predicate, result, cache, trap, timeout, on_probe, on_status,
                        slots=slots, executor=executor, jobs=jobs, on_round=on_round)
-        def body() -> None:
-            loop.run(session, t_start)
-            if diagnose and result.status == "found" and result.first_bad:
-                loop.diagnose(session)
-        drive(session, trap, result, body)
-    if result.status in ("aborted", "interrupted"):
-        result.candidates = loop.mirror.candidates()
-    name_commits(loop, result)
+        run_loop(loop, session, result, t_start, diagnose)
+    conclude(loop, result)
     return result
 
 

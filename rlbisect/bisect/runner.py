@@ -254,6 +254,23 @@ def drive(session: gitrepo.BisectSession, trap: "_SignalTrap", result: BisectRes
     result.bisect_log = session.log()
 
 
+def run_loop(loop: "_Loop", session: gitrepo.BisectSession, result: BisectResult, t_start: float,
+             diagnose: bool) -> None:
+    """The probe loop, then (after a find) the diagnosis, under :func:`drive`."""
+    def body() -> None:
+        loop.run(session, t_start)
+        if diagnose and result.status == "found" and result.first_bad:
+            loop.diagnose(session)
+    drive(session, loop.trap, result, body)
+
+
+def conclude(loop: "_Loop", result: BisectResult) -> None:
+    """After the session: a stopped run lists what is still possible; subjects for the report."""
+    if result.status in ("aborted", "interrupted"):
+        result.candidates = loop.mirror.candidates()
+    name_commits(loop, result)
+
+
 def name_commits(loop: "_Loop", result: BisectResult, limit: int = 50) -> None:
     """Look up subjects for the report: the endpoints and the candidates (all of a skip-only ending)."""
     named = result.candidates if result.status == "ambiguous" else result.candidates[:limit]
@@ -296,15 +313,8 @@ def run_bisect(repo: str | Path, range_spec: str, predicate: Predicate, *,
                 bind(predicate, session, good)
                 result.predicate = predicate.identity()
                 loop = _Loop(repo_obj, predicate, result, cache, trap, timeout, on_probe, on_status)
-
-                def body() -> None:
-                    loop.run(session, t_start)
-                    if diagnose and result.status == "found" and result.first_bad:
-                        loop.diagnose(session)
-                drive(session, trap, result, body)
-            if result.status in ("aborted", "interrupted"):
-                result.candidates = loop.mirror.candidates()
-            name_commits(loop, result)
+                run_loop(loop, session, result, t_start, diagnose)
+            conclude(loop, result)
         finally:
             repo_obj.close()
     return finish(result, trap, t_start)
