@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -51,7 +52,7 @@ class ShortRunPredicate:
         self._checkout_good: Callable[[], Path] | None = None
         self._good_scores: dict[int, float] = {}
         self._good_tree: Path | None = None
-        self.seconds = 0.0
+        self._lock = threading.Lock()
 
     def setup(self, good: str, checkout: Callable[[], Path]) -> None:
         """Called by the bisect before the first probe (see predicates.bind)."""
@@ -62,47 +63,59 @@ class ShortRunPredicate:
         return json.dumps({"kind": "short-run", **self.options, "good": self.good, "rlbisect": __version__},
                           sort_keys=True)
 
-    def _scores(self, worktree: Path, seeds: list[int], timeout: float | None) -> tuple[dict[int, float] | None, Probe | None]:
+    def __getstate__(self) -> dict:   # a Ray task gets a copy: locks do not travel
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    def _scores(self, worktree: Path, seeds: list[int], timeout: float | None) -> tuple[dict | None, Probe | None, float]:
+        """({seed: score} or None, the skip to return on failure, seconds)."""
         argv = [sys.executable, "-I", "-m", "rlbisect.bisect.shortrun", str(worktree), "--runner", self.runner,
                 "--steps", str(self.steps), "--metric", self.metric, "--window", str(self.window),
                 "--seeds", ",".join(map(str, seeds))]
         r = run_command(argv, worktree, timeout)
-        self.seconds += r.seconds
         if r.interrupted:
-            return None, Probe("skip", reason="interrupted", seconds=r.seconds, cacheable=False)
+            return None, Probe("skip", reason="interrupted", seconds=r.seconds, cacheable=False), r.seconds
         if r.timed_out:
-            return None, Probe("skip", reason=f"timed out after {timeout:g}s", seconds=r.seconds, cacheable=False)
+            return None, Probe("skip", reason=f"timed out after {timeout:g}s", seconds=r.seconds, cacheable=False), r.seconds
         try:
-            return {int(k): float(v) for k, v in json.loads(r.stdout).items()}, None
+            return {int(k): float(v) for k, v in json.loads(r.stdout).items()}, None, r.seconds
         except (ValueError, AttributeError):
             last = _tail(r.stderr).splitlines()[-1:] or [f"exit {r.returncode}"]
-            return None, Probe("skip", reason=f"could not train: {last[0]}", seconds=r.seconds, output=_tail(r.stderr))
+            return None, Probe("skip", reason=f"could not train: {last[0]}", seconds=r.seconds,
+                               output=_tail(r.stderr)), r.seconds
 
-    def _good(self, seeds: list[int], timeout: float | None) -> tuple[list[float] | None, Probe | None]:
-        missing = [s for s in seeds if s not in self._good_scores]
-        if missing:
-            if self._checkout_good is None:
-                raise RuntimeError("short-run needs the bisect to call setup() with GOOD first")
-            if self._good_tree is None:
-                self._good_tree = self._checkout_good()
-            got, failed = self._scores(self._good_tree, missing, timeout)
-            if failed is not None:
-                failed.reason, failed.seconds = f"at GOOD: {failed.reason}", self.seconds
-                failed.cacheable = False   # a problem at GOOD says nothing about this commit
-                return None, failed
-            self._good_scores.update(got)
-        return [self._good_scores[s] for s in seeds], None
+    def _good(self, seeds: list[int], timeout: float | None) -> tuple[list[float] | None, Probe | None, float]:
+        """GOOD's scores for `seeds`, training only the missing ones (once, shared by all probes)."""
+        with self._lock:   # with --jobs, probes share GOOD's runs instead of racing to make them
+            missing = [s for s in seeds if s not in self._good_scores]
+            seconds = 0.0
+            if missing:
+                if self._checkout_good is None:
+                    raise RuntimeError("short-run needs the bisect to call setup() with GOOD first")
+                if self._good_tree is None:
+                    self._good_tree = self._checkout_good()
+                got, failed, seconds = self._scores(self._good_tree, missing, timeout)
+                if failed is not None:
+                    failed.reason = f"at GOOD: {failed.reason}"
+                    failed.cacheable = False   # a problem at GOOD says nothing about this commit
+                    return None, failed, seconds
+                self._good_scores.update(got)
+            return [self._good_scores[s] for s in seeds], None, seconds
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         probe_scores: dict[int, float] = {}
-        self.seconds = 0.0   # training time of this probe (GOOD's first runs included)
+        total = 0.0   # training time of this probe, GOOD's first runs included
         for k in self.rule.schedule():
             seeds = list(range(k))
-            good, failed = self._good(seeds, timeout)
+            good, failed, seconds = self._good(seeds, timeout)
+            total += seconds
+            if failed is None:
+                got, failed, seconds = self._scores(worktree, [s for s in seeds if s not in probe_scores], timeout)
+                total += seconds
             if failed is not None:
-                return failed
-            got, failed = self._scores(worktree, [s for s in seeds if s not in probe_scores], timeout)
-            if failed is not None:
+                failed.seconds = total
                 return failed
             probe_scores.update(got)
             probe = [probe_scores[s] for s in seeds]
@@ -113,11 +126,10 @@ class ShortRunPredicate:
                   "p_worse": p, "seeds": float(len(probe))}
         if verdict == "unknown":
             return Probe("skip", values, f"unknown after {len(probe)} seeds (p={p:.3g}): the seed spread hides "
-                         "any difference; skipped, not guessed", self.seconds)
+                         "any difference; skipped, not guessed", total)
         word = "worse" if verdict == "bad" else "not worse"
         return Probe(verdict, values, f"{self.metric} {values[f'{self.metric}@probe']:.3g} vs "
-                     f"{values[f'{self.metric}@good']:.3g} at GOOD over {len(probe)} seeds: {word} (p={p:.3g})",
-                     self.seconds)
+                     f"{values[f'{self.metric}@good']:.3g} at GOOD over {len(probe)} seeds: {word} (p={p:.3g})", total)
 
 
 def _factory(spec: PredicateSpec) -> ShortRunPredicate:
