@@ -265,7 +265,7 @@ def _live(pgid: int, settle: float) -> list[int]:
                 continue
             try:
                 fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError, IndexError):
+            except (OSError, IndexError, ValueError):   # the process exited while we looked
                 continue
             if int(fields[2]) == pgid and fields[0] != "Z":
                 found.append(int(d.name))

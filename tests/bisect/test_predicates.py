@@ -72,7 +72,7 @@ def _alive(pid: int, settle: float = 2.0) -> bool:
     while True:
         try:
             running = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except (FileNotFoundError, IndexError):
+        except (OSError, IndexError):   # gone (or going) while we looked
             running = False
         if not running or time.monotonic() > deadline:
             return running

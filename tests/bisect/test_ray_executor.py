@@ -151,7 +151,7 @@ def alive(pgid: int) -> bool:
         if d.name.isdigit():
             try:
                 fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError, IndexError):
+            except (OSError, IndexError, ValueError):   # the process exited while we looked
                 continue
             if int(fields[2]) == pgid and fields[0] != "Z":
                 return True
