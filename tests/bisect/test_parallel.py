@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import live_members, monotone_states, random_dag
+
 from rlbisect.bisect import make_predicate, run_bisect
 from rlbisect.bisect.parallel import run_parallel
 from rlbisect.bisect.predicates import Probe
@@ -27,34 +29,9 @@ def random_history(rng: random.Random, noisy: bool = False):
     """(states, parents, culprit, first_parent): a random DAG (linear or with merges) whose
     verdict is monotone — bad exactly where ``culprit`` is an ancestor — except for runs of
     untestable commits (exit 125) and, if ``noisy``, a few flipped verdicts."""
-    n = rng.randint(6, 40)
-    merges = rng.random() < 0.6
-    parents: list[list[int]] = [[]]
-    heads = [0]
-    for i in range(1, n):
-        first = rng.choice(heads) if merges else i - 1
-        ps = [first]
-        others = [h for h in heads if h != first]
-        if merges and others and rng.random() < 0.3:
-            ps.append(rng.choice(others))
-            heads.remove(ps[1])
-        if merges and rng.random() < 0.3:
-            heads.append(i)
-        else:
-            heads = [h for h in heads if h != first] + [i]
-        parents.append(ps)
-    if len(heads) > 1:   # one tip that merges every open branch
-        parents.append(list(heads))
-        n += 1
-    reach: list[set[int]] = []
-    for i in range(n):
-        reach.append({i}.union(*(reach[p] for p in parents[i])))
-    culprit = rng.randint(1, n - 1)
-    states = ["bad" if culprit in reach[i] else "good" for i in range(n)]
-    if rng.random() < 0.6:   # a run of untestable commits, often right at the culprit
-        a = min(culprit, n - 2) if rng.random() < 0.4 else rng.randint(1, n - 2)
-        for i in range(a, min(n - 1, a + rng.randint(1, 5))):
-            states[i] = "skip"
+    parents, merges, reach = random_dag(rng, rng.randint(6, 40))
+    culprit, states = monotone_states(rng, reach)
+    n = len(states)
     if noisy:
         for _ in range(rng.randint(1, 3)):
             states[rng.randint(1, n - 2)] = rng.choice(["good", "bad"])
@@ -255,25 +232,6 @@ def test_bad_executor_options_are_one_line_and_exit_2(tiny_repo, run_cli, state_
     assert code == 2 and out.strip() == f"rlbisect run: {message}"
 
 
-def _live(pgid: int, settle: float) -> list[int]:
-    """Processes of group ``pgid`` that are not zombies, after waiting up to ``settle`` s."""
-    deadline = time.monotonic() + settle
-    while True:
-        found = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError, ValueError):   # the process exited while we looked
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                found.append(int(d.name))
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_a_parallel_round_cleans_up(tiny_repo, tmp_path, sig, code):
     r = tiny_repo(["good"] * 8 + ["bad"] * 8)
@@ -293,12 +251,12 @@ def test_a_signal_during_a_parallel_round_cleans_up(tiny_repo, tmp_path, sig, co
         assert time.monotonic() < deadline, "the three probes never started"
         time.sleep(0.05)
     groups = [int(p.read_text()) for p in pids.glob("[0-9]*")]
-    assert all(_live(g, 0) for g in groups)
+    assert all(live_members(g) for g in groups)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == code, (out, err)
     assert "interrupted by" in out and "Traceback" not in err
     partial = json.loads((tmp_path / "partial.json").read_text())
     assert partial["status"] == "interrupted" and partial["n_probes"] == 0
-    assert all(_live(g, 3.0) == [] for g in groups)
+    assert all(live_members(g, settle=3.0) == [] for g in groups)
     assert_clean(r, before, proc.pid)

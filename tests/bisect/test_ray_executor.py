@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import live_members
 
 pytest.importorskip("ray")
 
@@ -139,23 +140,10 @@ def test_ctrl_c_during_a_ray_round_kills_the_probes_on_the_node(tiny_repo, tmp_p
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted by SIGINT" in out, (out, err)
     deadline = time.monotonic() + 5
-    while any(alive(g) for g in groups) and time.monotonic() < deadline:
+    while any(live_members(g) for g in groups) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(alive(g) for g in groups)
+    assert not any(live_members(g) for g in groups)
     assert r.snapshot() == before and node_dirs() == leftovers
-
-
-def alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is still running (zombies do not count)."""
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError, ValueError):   # the process exited while we looked
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
 
 
 def test_more_gpus_than_a_local_instance_has_is_one_line_and_exit_2(tiny_repo):

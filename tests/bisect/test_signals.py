@@ -12,30 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-
-def live_members(pgid: int, settle: float = 0.0) -> list[int]:
-    """Processes of group ``pgid`` that are not zombies (PID 1 here may not reap orphans).
-
-    With ``settle``, wait up to that long for them to go (a SIGKILL takes a moment).
-    """
-    deadline = time.monotonic() + settle
-    while (found := _members(pgid)) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return found
-
-
-def _members(pgid: int) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError, ValueError):   # the process exited while we looked
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                found.append(int(d.name))
-    return found
+from helpers import live_members
 
 
 def start_rlbisect(repo: Path, cmd: list[str], *extra: str) -> subprocess.Popen:

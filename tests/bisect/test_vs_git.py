@@ -11,6 +11,8 @@ import subprocess
 
 import pytest
 
+from helpers import monotone_states, random_dag
+
 from rlbisect.bisect.search import BisectState
 
 SEED = 20240229
@@ -18,37 +20,10 @@ SEED = 20240229
 
 def random_history(rng: random.Random) -> tuple[list[str], list[list[int]], bool]:
     """States and parent lists for a random DAG; commit 0 is GOOD, the last commit is BAD."""
-    n = rng.randint(4, 40)
-    merges = rng.random() < 0.6
-    parents: list[list[int]] = [[]]
-    heads = [0]
-    for i in range(1, n):
-        first = rng.choice(heads) if merges else i - 1
-        ps = [first]
-        others = [h for h in heads if h != first]
-        if merges and others and rng.random() < 0.3:
-            ps.append(rng.choice(others))
-            heads.remove(ps[1])
-        if merges and rng.random() < 0.3:
-            heads.append(i)
-        else:
-            heads = [h for h in heads if h != first] + [i]
-        parents.append(ps)
-    if len(heads) > 1:  # one tip that merges every open branch
-        parents.append(list(heads))
-        n += 1
-    reach = [set() for _ in range(n)]
-    for i in range(n):
-        reach[i] = {i}.union(*(reach[p] for p in parents[i]))
-    culprit = rng.randint(1, n - 1)
-    states = ["bad" if culprit in reach[i] else "good" for i in range(n)]
-    if rng.random() < 0.6:  # a run of untestable commits
-        # often right at the culprit, where git can only answer with a candidate list
-        a = min(culprit, n - 2) if rng.random() < 0.4 else rng.randint(1, n - 2)
-        for i in range(a, min(n - 1, a + rng.randint(1, 5))):
-            states[i] = "skip"
+    parents, merges, reach = random_dag(rng, rng.randint(4, 40))
+    _, states = monotone_states(rng, reach)
     if rng.random() < 0.2:  # a noisy, non-monotone verdict
-        states[rng.randint(1, n - 2)] = rng.choice(["good", "bad"])
+        states[rng.randint(1, len(states) - 2)] = rng.choice(["good", "bad"])
     states[0], states[-1] = "good", "bad"
     return states, parents, merges and rng.random() < 0.4
 
