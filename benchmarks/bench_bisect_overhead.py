@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlbisect.bisect import make_predicate, run_bisect
+from rlbisect.bisect import bisect, make_predicate
 
 PREDICATE = ["sh", "-c", 'test "$(cat state)" = good']
 
@@ -51,7 +51,7 @@ def main() -> None:
             repo = Path(tmp) / f"r{k}"
             build(repo, args.commits, culprit)
             t0 = time.perf_counter()
-            res = run_bisect(repo, f"main~{args.commits - 1}..main", pred)
+            res = bisect(repo, f"main~{args.commits - 1}..main", pred)
             total = time.perf_counter() - t0
             assert res.status == "found", res.status
             overheads += [p.overhead for p in res.probes]
@@ -59,14 +59,14 @@ def main() -> None:
             fixed.append(total - sum(p.overhead + p.seconds for p in res.probes))
             firsts.append(total)
             t0 = time.perf_counter()
-            again = run_bisect(repo, f"main~{args.commits - 1}..main", pred)
+            again = bisect(repo, f"main~{args.commits - 1}..main", pred)
             cached.append(time.perf_counter() - t0)
             assert all(p.cached for p in again.probes)
     print(f"{args.runs} bisects of {args.commits} commits, {len(overheads)} probes")
     print(f"median overhead per probe: {statistics.median(overheads):.3f} s "
           f"(max {max(overheads):.3f} s; target <= 0.5 s)")
     print(f"median predicate time per probe: {statistics.median(predicate_s):.3f} s")
-    print(f"median fixed cost per run (start, worktrees, cleanup): "
+    print(f"median fixed cost per run (start, private repository, cleanup): "
           f"{statistics.median(fixed):.3f} s")
     print(f"median run: {statistics.median(firsts):.3f} s; cached re-run: "
           f"{statistics.median(cached):.3f} s")

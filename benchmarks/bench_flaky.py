@@ -1,158 +1,225 @@
-"""Accuracy and cost of `rlbisect run --flaky` against a predicate that flips its verdict.
+"""`rlbisect run --flaky` against git-bayesect 1.2 on the same noisy histories, side by side.
 
-Two layers. By default, hundreds of simulated bisects per flip rate with the pure search
-(:mod:`rlbisect.bisect.bayes`; fixed seeds; seconds), next to a fixed schedule of 10 runs per
-probe with a majority verdict (git's own choice of commits). With ``--real``, the acceptance
-measurement through git: HISTORIES repositories of COMMITS commits each, bisected by the real
-CLI (``python -m rlbisect.cli run GOOD..BAD --flaky --json``) with an ``sh`` predicate that
-reads the commit's ``state`` file and flips it with the given probability, drawing from a
-hash of a counter file outside the repository and a per-history seed. The tool is never told
-the rate.
+Six cases, each a failure rate for the commits before the culprit and one from it on (the tools
+are told neither): symmetric noise 0.05, 0.1, 0.2; only bad commits pass (0.1); a flaky
+predicate gets flakier (good fails 0.05, bad fails 0.5); and the reverse rise (0.2 to 0.6).
+HISTORIES histories per case of COMMITS commits (GOOD + COMMITS - 1), the culprit drawn
+uniformly. A history fixes the culprit and the random draw of every run: run number r of either
+tool on history h fails iff ``hash(seed, h, r) % 1000 < 1000 * rate`` (rate of that commit's
+side), the hash of the ``sh`` predicate below, so both tools face the same luck. The order of the
+tools alternates per history.
 
-    python benchmarks/bench_flaky.py [--trials 400] [--commits 64]
-    python benchmarks/bench_flaky.py --real [--histories 40] [--real-rates 0.1]
+Per tool and row: right culprit, wrong culprit named (rlbisect: exit 0 on a wrong commit; peer:
+converged on a wrong commit, GOOD included), no answer (rlbisect's exit 3/5/6; the peer did not
+converge within --peer-cap runs, or 30 minutes with --real: it has no budget of its own), and
+mean (p95) predicate runs.
+
+Default: simulated. Both tools' search logic runs in-process against the same oracle:
+:func:`rlbisect.bisect.bayes.simulate` and git-bayesect's own ``Bisector`` class driven by the
+loop of its ``run`` command (:mod:`bayesect_peer`). With ``--real``: real repositories, each tool
+in its own clone through its CLI: ``python -m rlbisect.cli run GOOD..BAD --flaky --json OUT --
+sh -c SCRIPT`` and ``git bayesect start`` then ``run --confidence 0.95 sh -c SCRIPT`` (its
+``main()``, as the ``git bayesect`` command calls it), the script reading the commit's ``state``
+file and a run counter kept outside the repository. Measured so far, both modes give the same
+table run for run. Needs ``pip install 'git-bayesect==1.2'``.
+
+    python benchmarks/bench_flaky.py [--histories 40] [--commits 64] [--seed 2024]
+    python benchmarks/bench_flaky.py --real [--histories 40] [--tools rlbisect,peer]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
 
-from rlbisect.bisect import bayes, search
+sys.path.insert(0, str(Path(__file__).parent))
+import bayesect_peer  # noqa: E402
 
-RATES = (0.0, 0.05, 0.1, 0.2)
+from rlbisect.bisect import bayes  # noqa: E402
 
-
-def flaky_oracle(culprit: int, rate: float, rng: random.Random):
-    def oracle(i: int) -> str:
-        return "bad" if (i >= culprit) != (rng.random() < rate) else "good"
-    return oracle
-
-
-def simulate_flaky(n: int, rate: float, trials: int, seed: int) -> dict:
-    """The --flaky search on ``trials`` random culprits among positions 1..n."""
-    correct, wrong, runs = 0, 0, []
-    for t in range(trials):
-        rng = random.Random(seed * 1_000_003 + t)
-        culprit = rng.randint(1, n)
-        out = bayes.simulate(n, flaky_oracle(culprit, rate, rng))
-        correct += out.decision.status == "found" and out.decision.first_bad == culprit
-        wrong += out.decision.status == "found" and out.decision.first_bad != culprit
-        runs.append(len(out.runs))
-    return {"accuracy": correct / trials, "wrong": wrong / trials, "runs": runs}
+#: (label, failure rate before the culprit, failure rate from the culprit on)
+CASES = (("symmetric 0.05", 0.05, 0.95), ("symmetric 0.1", 0.1, 0.9),
+         ("symmetric 0.2", 0.2, 0.8), ("only bad passes 0.1", 0.0, 0.9),
+         ("flakier: 0.05 -> 0.5", 0.05, 0.5), ("flakier: 0.2 -> 0.6", 0.2, 0.6))
+TOOLS = ("rlbisect", "peer")
 
 
-def simulate_fixed(n: int, rate: float, trials: int, seed: int, repeats: int = 10) -> dict:
-    """Baseline: git's bisection, each probe run ``repeats`` times, majority verdict (a tie is
-    bad). Cost is ``repeats`` x the probes of a deterministic bisect (60 for 64 commits)."""
-    names = [f"c{i}" for i in range(n + 1)]
-    parents = search.linear_history(names)
-    correct, runs = 0, []
-    for t in range(trials):
-        rng = random.Random(seed * 1_000_003 + t)
-        culprit = rng.randint(1, n)
-        noisy = flaky_oracle(culprit, rate, rng)
-
-        def majority(c: str) -> str:
-            bad = sum(noisy(int(c[1:])) == "bad" for _ in range(repeats))
-            return "bad" if 2 * bad >= repeats else "good"
-        out = search.simulate(parents, [names[0]], names[-1], majority)
-        correct += out.first_bad == names[culprit]
-        runs.append(repeats * len(out.probes))
-    return {"accuracy": correct / trials, "wrong": 1 - correct / trials, "runs": runs}
+def draw(seed: int, counter: int) -> int:
+    """The predicate's random number for run ``counter`` (1, 2, ...): 0..999, as the script
+    computes it (murmur3's 32-bit finalizer: consecutive runs are independent draws)."""
+    m = 0xFFFFFFFF
+    x = (counter * 2654435761 + seed * 2246822519 + 374761393) & m
+    x ^= x >> 16
+    x = (x * 2246822507) & m
+    x ^= x >> 13
+    x = (x * 3266489909) & m
+    return (x ^ (x >> 16)) % 1000
 
 
-def row(label: str, res: dict) -> str:
-    r = np.asarray(res["runs"])
-    return (f"{label:<28} {res['accuracy']:>8.1%} {res['wrong']:>6.1%} {r.mean():>9.1f} "
-            f"{np.percentile(r, 95):>8.0f} {r.max():>6d}")
-
-
-def flaky_script(counter: Path, seed: int, rate: float) -> list[str]:
-    """sh predicate: the ``state`` file's verdict, flipped with probability ``rate`` per run."""
+def script(counter: Path, seed: int, before: float, after: float) -> list[str]:
+    """sh predicate: fail with the rate of this commit's side (its ``state`` file)."""
     return ["sh", "-c",
             f'c=$(cat {counter} 2>/dev/null || echo 0); c=$((c + 1)); echo $c > {counter}\n'
-            f'x=$(( (c * 1000003 + {seed} * 7919 + 12345) & 2147483647 ))\n'
-            'x=$(( ((x ^ (x >> 13)) * 1274126177) & 2147483647 ))\n'
-            'x=$(( ((x ^ (x >> 16)) * 1911520717) & 2147483647 ))\n'
-            'x=$(( x ^ (x >> 13) ))\n'
-            'v=0; [ "$(cat state)" = bad ] && v=1\n'
-            f'[ $((x % 1000)) -lt {round(rate * 1000)} ] && v=$((1 - v))\n'
-            'exit $v\n']
+            f'x=$(( (c * 2654435761 + {seed} * 2246822519 + 374761393) & 4294967295 ))\n'
+            'x=$(( x ^ (x >> 16) )); x=$(( (x * 2246822507) & 4294967295 ))\n'
+            'x=$(( x ^ (x >> 13) )); x=$(( (x * 3266489909) & 4294967295 ))\n'
+            'x=$(( (x ^ (x >> 16)) % 1000 ))\n'
+            f'r={round(before * 1000)}; [ "$(cat state)" = bad ] && r={round(after * 1000)}\n'
+            '[ $x -lt $r ] && exit 1\nexit 0\n']
 
 
-def real(histories: int, commits: int, rate: float, seed: int) -> dict:
-    """Bisect ``histories`` real repositories through the CLI; returns accuracy and runs."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_bisect_overhead import build  # the same 64-commit line of `state` files
+def history(seed: int, case: int, h: int, n: int) -> tuple[int, int]:
+    """(culprit position 1..n, the seed of its run draws) of history ``h`` of a case."""
+    hseed = seed * 1000 + case * 100_000 + h
+    return random.Random(hseed).randint(1, n), hseed
 
-    correct, wrong, runs, seconds, codes = 0, 0, [], [], []
-    rng = random.Random(seed)
-    with tempfile.TemporaryDirectory(prefix="rlbisect-bench-flaky-") as tmp:
-        for h in range(histories):
-            culprit = rng.randint(1, commits - 1)
-            repo, out = Path(tmp) / f"r{h}", Path(tmp) / f"r{h}.json"
-            build(repo, commits, culprit)
-            culprit_sha = subprocess.run(["git", "rev-parse", f"main~{commits - 1 - culprit}"],
-                                         cwd=repo, capture_output=True, text=True,
-                                         check=True).stdout.strip()
-            t0 = time.perf_counter()
-            proc = subprocess.run(
-                [sys.executable, "-m", "rlbisect.cli", "run", f"main~{commits - 1}..main",
-                 "--repo", str(repo), "--flaky", "--json", str(out), "--",
-                 *flaky_script(Path(tmp) / f"counter{h}", seed * 1000 + h, rate)],
-                capture_output=True, text=True)
-            seconds.append(time.perf_counter() - t0)
-            data = json.loads(out.read_text())
-            codes.append(proc.returncode)
-            correct += data["first_bad"] == culprit_sha
-            wrong += data["first_bad"] not in (None, culprit_sha)
-            runs.append(data["n_runs"])
-    return {"accuracy": correct / histories, "wrong": wrong / histories, "runs": runs,
-            "seconds": seconds, "codes": codes}
+
+def simulate_history(args: tuple) -> dict:
+    """Both tools on one simulated history, in the alternating order."""
+    case, h, n, seed, peer_cap = args
+    _, before, after = CASES[case]
+    culprit, hseed = history(seed, case, h, n)
+    out = {}
+    for tool in (TOOLS if h % 2 == 0 else TOOLS[::-1]):
+        count = [0]
+
+        def fails(pos: int) -> bool:
+            count[0] += 1
+            return draw(hseed, count[0]) < round(1000 * (after if pos >= culprit else before))
+        if tool == "rlbisect":
+            res = bayes.simulate(n, lambda pos: "bad" if fails(pos) else "good")
+            named = res.decision.first_bad if res.decision.status == "found" else None
+            out[tool] = (named, count[0], res.decision.status)
+        else:
+            res = bayesect_peer.simulate(n, fails, max_runs=peer_cap)
+            out[tool] = (res.culprit, count[0], "found" if res.culprit is not None else "none")
+    return {"case": case, "culprit": culprit, **out}
+
+
+def build(path: Path, commits: int, culprit: int) -> None:
+    """A line of ``commits`` commits whose ``state`` file is bad from position ``culprit`` on
+    (the history of ``bench_bisect_overhead.py``, built here so this file needs only git)."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    stream = []
+    for i in range(commits):
+        body, msg = ("bad\n" if i >= culprit else "good\n"), f"commit {i}\n"
+        stream.append(f"commit refs/heads/main\n"
+                      f"committer B <b@example.com> {1_700_000_000 + i} +0000\n"
+                      f"data {len(msg)}\n{msg}"
+                      f"M 100644 inline state\ndata {len(body)}\n{body}"
+                      f"M 100644 inline n\ndata {len(str(i)) + 1}\n{i}\n\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=path, input="".join(stream), text=True,
+                   check=True)
+    subprocess.run(["git", "reset", "-q", "--hard", "main"], cwd=path, check=True)
+
+
+def real_history(args: tuple) -> dict:
+    """Both tools on one real repository (each in its own clone)."""
+    case, h, n, seed, tools, tmp = args
+    _, before, after = CASES[case]
+    culprit, hseed = history(seed, case, h, n)
+    base = Path(tmp) / f"c{case}h{h}"
+    build(base / "origin", n + 1, culprit)
+    good, bad = f"main~{n}", "main"
+    out: dict = {"case": case, "culprit": culprit}
+    for tool in (tools if h % 2 == 0 else tools[::-1]):
+        repo = base / tool
+        subprocess.run(["git", "clone", "-q", str(base / "origin"), str(repo)], check=True)
+        cmd = script(base / f"{tool}.count", hseed, before, after)
+        t0 = time.perf_counter()
+        if tool == "rlbisect":
+            js = base / "rlbisect.json"
+            proc = subprocess.run([sys.executable, "-m", "rlbisect.cli", "run", f"{good}..{bad}",
+                                   "--repo", str(repo), "--flaky", "--json", str(js), "--",
+                                   *cmd], capture_output=True, text=True)
+            data = json.loads(js.read_text()) if js.exists() else {}
+            code = data.get("exit_code", proc.returncode)
+            sha = data.get("first_bad") if code == 0 else None
+            runs = int(data.get("n_runs", 0))
+        else:
+            res, sha, code = bayesect_peer.run_real(repo, good, bad, cmd)
+            runs = res.runs
+        named = None
+        if sha:
+            pos = subprocess.run(["git", "rev-list", "--count", f"{good}..{sha}"], cwd=repo,
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            named = int(pos)
+        out[tool] = (named, runs, f"exit {code}", time.perf_counter() - t0)
+    shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def table(results: list[dict], histories: int, tools: tuple[str, ...]) -> list[str]:
+    """One row per case: right, wrong-with-a-culprit, no answer, mean (p95) runs per tool."""
+    head = " | ".join(f"{t}: right wrong none  mean(p95) runs" for t in tools)
+    lines = [f"{'case (rate before -> from the culprit on)':<34} | {head}"]
+    for c, (label, before, after) in enumerate(CASES):
+        rows = [r for r in results if r["case"] == c]
+        if not rows:
+            continue
+        cells = []
+        for t in tools:
+            right = sum(r[t][0] == r["culprit"] for r in rows)
+            wrong = sum(r[t][0] is not None and r[t][0] != r["culprit"] for r in rows)
+            runs = np.array([r[t][1] for r in rows])
+            cells.append(f"{right:>5}/{histories} {wrong:>3} {len(rows) - right - wrong:>4}  "
+                         f"{runs.mean():>6.1f} ({np.percentile(runs, 95):>3.0f})")
+        lines.append(f"{label + f' ({before:g} -> {after:g})':<34} | " + " | ".join(cells))
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", type=int, default=64, help="commits per history, GOOD included")
-    ap.add_argument("--trials", type=int, default=400, help="simulated bisects per flip rate")
-    ap.add_argument("--seed", type=int, default=2024, help="base seed of culprits and flips")
-    ap.add_argument("--real", action="store_true", help="also bisect real repositories via git")
-    ap.add_argument("--histories", type=int, default=40, help="--real: repositories per rate")
-    ap.add_argument("--real-rates", default="0.1", help="--real: comma-separated flip rates")
+    ap.add_argument("--histories", type=int, default=40, help="histories per case")
+    ap.add_argument("--seed", type=int, default=2024, help="seed of culprits and run draws")
+    ap.add_argument("--cases", default="", help="comma-separated case numbers 0..5 (all)")
+    ap.add_argument("--real", action="store_true", help="real repositories through both CLIs")
+    ap.add_argument("--tools", default="rlbisect,peer", help="--real: which tools to run")
+    ap.add_argument("--peer-cap", type=int, default=2000,
+                    help="simulated peer: give up (no answer) after this many runs")
+    ap.add_argument("--jobs", type=int, default=2, help="histories measured in parallel")
+    ap.add_argument("--details", action="store_true", help="also print every history")
     args = ap.parse_args()
+    if (why := bayesect_peer.available()):
+        sys.exit(f"bench_flaky: {why}")
     n = args.commits - 1
-    print(f"{args.commits}-commit history (N = {n} candidates, ceil(log2 N) = "
-          f"{math.ceil(math.log2(n))}); {args.trials} simulated bisects per row, seed {args.seed}")
-    head = f"{'accuracy':>8} {'wrong':>6} {'mean runs':>9} {'p95 runs':>8} {'max':>6}"
-    print(f"{'search, flip rate':<28} {head}")
+    cases = [int(c) for c in args.cases.split(",")] if args.cases else range(len(CASES))
+    tools = tuple(t for t in args.tools.split(",") if t in TOOLS) if args.real else TOOLS
+    mode = "real git, both CLIs" if args.real else "simulated, both searches in-process"
+    print(f"{args.commits}-commit histories, {args.histories} per case, seed {args.seed}, {mode}; "
+          f"rlbisect --flaky (confidence 0.95, budget {bayes.default_max_runs(n)} runs) vs "
+          f"git-bayesect {bayesect_peer.VERSION} run --confidence 0.95")
     t0 = time.perf_counter()
-    for rate in RATES:
-        print(row(f"--flaky, {rate:g}", simulate_flaky(n, rate, args.trials, args.seed)),
-              flush=True)
-    for rate in RATES:
-        print(row(f"fixed 10 runs/probe, {rate:g}",
-                  simulate_fixed(n, rate, args.trials, args.seed)), flush=True)
-    print(f"(simulation: {time.perf_counter() - t0:.1f}s; wrong = a culprit named with confidence "
-          "but not the right one; the rest of 100% - accuracy ended unsure, exit 3)")
-    if args.real:
-        print(f"\nreal git: {args.histories} repositories per rate, `rlbisect run --flaky` "
-              "(CLI subprocess)")
-        print(f"{'flip rate':<28} {head} {'s/bisect':>9}  exit codes")
-        for rate in (float(x) for x in args.real_rates.split(",")):
-            res = real(args.histories, args.commits, rate, args.seed)
-            codes = {c: res["codes"].count(c) for c in sorted(set(res["codes"]))}
-            print(row(f"{rate:g}", res) + f" {np.mean(res['seconds']):>9.2f}  {codes}",
-                  flush=True)
+    with tempfile.TemporaryDirectory(prefix="rlbisect-bench-flaky-") as tmp, \
+            Pool(args.jobs) as pool:
+        if args.real:
+            jobs = [(c, h, n, args.seed, tools, tmp) for c in cases for h in range(args.histories)]
+            results = pool.map(real_history, jobs, chunksize=1)
+        else:
+            jobs = [(c, h, n, args.seed, args.peer_cap) for c in cases
+                    for h in range(args.histories)]
+            results = pool.map(simulate_history, jobs, chunksize=4)
+    if args.details:
+        for r in results:
+            print(f"case {r['case']} culprit {r['culprit']:>2}: "
+                  + "  ".join(f"{t} named {r[t][0]} in {r[t][1]} runs ({r[t][2]})" for t in tools))
+    print("\n".join(table(results, args.histories, tools)))
+    statuses: dict[str, int] = {}
+    for r in results:
+        if "rlbisect" in r:
+            statuses[r["rlbisect"][2]] = statuses.get(r["rlbisect"][2], 0) + 1
+    print(f"rlbisect outcomes: {statuses}; {time.perf_counter() - t0:.0f}s")
 
 
 if __name__ == "__main__":

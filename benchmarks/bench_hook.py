@@ -23,9 +23,9 @@ from typing import Callable
 
 import torch
 
-from rlbisect.hook import SnapshotHook
-from rlbisect.replay import judge, replay_in_process
-from rlbisect.snapshot import load_snapshot
+from rlbisect.steps.hook import SnapshotHook
+from rlbisect.steps.replay import judge, replay_in_process
+from rlbisect.steps.format import load_snapshot
 
 Step = Callable[["SnapshotHook | None", int], dict]  # one training step, calling the hook if given
 
@@ -89,7 +89,7 @@ def reference() -> list[tuple[str, torch.nn.Module, Step, dict]]:
         if hook:
             hook.after_update(i, stats)
         return stats
-    # What `rlbisect train --snapshot-dir` arms (rlbisect.reference.make_hook), so replay can run.
+    # What `rlbisect train --snapshot-dir` arms (rlbisect.tinyagent.make_hook), so replay can run.
     armed = {"keep_post_update": True, "config": {"trainer": "reference_trainer", "bug": None,
                                                   "rl": cfg.model_dump()}}
     # These columns measure a hook that does not fire. On the fixed batch the sampler log-probs go

@@ -8,7 +8,7 @@ import statistics
 import time
 
 from reference_trainer.adapter import make_adapter
-from rlbisect.invariants import INVARIANTS, CheckContext, Thresholds
+from rlbisect.check.invariants import INVARIANTS, CheckContext, Thresholds
 
 
 class _FixedBatch:

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from bench_bisect_overhead import build   # the same 64-commit line (one git fast-import)
 
-from rlbisect.bisect import make_predicate, run_bisect
-from rlbisect.bisect.parallel import run_parallel
+from rlbisect.bisect import BisectOptions, bisect, make_predicate
 
 
 def main() -> int:
@@ -42,19 +41,14 @@ def main() -> int:
             spec = f"main~{args.commits}..main"
             named = {}
             for jobs in ((1, args.jobs) if rep % 2 == 0 else (args.jobs, 1)):   # alternate
-                rounds: list = []
                 t0 = time.perf_counter()
-                if jobs == 1:
-                    res = run_bisect(repo, spec, pred, use_cache=False, diagnose=False)
-                else:
-                    res = run_parallel(repo, spec, pred, jobs=jobs, use_cache=False,
-                                       diagnose=False, on_round=lambda n, c: rounds.append(c))
+                res = bisect(repo, spec, pred, BisectOptions(jobs=jobs, use_cache=False,
+                                                             diagnose=False))
                 wall = time.perf_counter() - t0
                 walls[jobs].append(wall)
                 named[jobs] = res.first_bad
-                steps = f"{len(rounds)} rounds" if jobs > 1 else f"{len(res.probes)} rounds"
                 print(f"rep {rep + 1} culprit {culprit:2d}  --jobs {jobs}: {wall:6.2f} s  "
-                      f"{len(res.probes):2d} probes  {steps}  -> {str(res.first_bad)[:10]}",
+                      f"{len(res.probes):2d} probes  {res.rounds} rounds  -> {str(res.first_bad)[:10]}",
                       flush=True)
             same &= named[1] == named[args.jobs] is not None
     one, many = statistics.median(walls[1]), statistics.median(walls[args.jobs])

@@ -8,11 +8,12 @@ machine: a kept history can be reused, and with it the bisect cache in its `.git
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from rlbisect.errors import GitError
+from rlbisect.repo import git
 
 from .edits import BENIGN, FAULTS, Edit
 
@@ -32,10 +33,9 @@ class History:
 
 
 def _git(repo: Path, *args: str, when: int = 0) -> str:
-    env = {**os.environ, **_ENV, "GIT_AUTHOR_DATE": f"{1767225600 + 3600 * when} +0000",
+    env = {**_ENV, "GIT_AUTHOR_DATE": f"{1767225600 + 3600 * when} +0000",
            "GIT_COMMITTER_DATE": f"{1767225600 + 3600 * when} +0000"}
-    return subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", *args],
-                          cwd=repo, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return git(repo, "-c", "commit.gpgsign=false", *args, env=env).strip()
 
 
 def _apply(root: Path, edit: Edit) -> None:
@@ -104,5 +104,5 @@ def load_history(path: str | Path) -> History | None:
         git_dir = Path(_git(Path(path), "rev-parse", "--absolute-git-dir"))
         doc = json.loads((git_dir / MARKER).read_text())
         return History(**dict(doc, commits=[tuple(c) for c in doc["commits"]]))
-    except (OSError, ValueError, TypeError, subprocess.CalledProcessError):
+    except (OSError, ValueError, TypeError, GitError):
         return None

@@ -9,12 +9,12 @@ import copy
 
 import torch
 
-from rlbisect.adapter import Prepared, Truth
+from rlbisect.check import Prepared, Truth
 
 from .base import make_base
 from .batch import collate, pad_batch, prepare_batch, trainer_log_probs
 from .config import RLConfig, UpdateConfig
-from .faults import SAMPLER_TEMP, check_bug
+from .faults import BUGS, SAMPLER_TEMP, check_bug
 from .sampler import sample_groups
 from .tasks import make_tasks
 from .tokenizer import build_tokenizer
@@ -22,6 +22,8 @@ from .update import make_ref, minibatch_backward, minibatch_loss, rl_update
 
 
 class ReferenceAdapter:
+    faults = list(BUGS)   # what `rlbisect check --matrix` switches on, one row each
+
     def __init__(self, episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None):
         self.bug = check_bug(bug)
         self.cfg = RLConfig(update=UpdateConfig(kl_coef=kl_coef or 0.0))

@@ -7,12 +7,11 @@ sometimes and can copy, which is what RL then amplifies. Every demonstration is 
 real environment, so tokens and owners are exactly what the sampler would produce.
 
 The weights are cached as safetensors (never a pickle) under a key of the source files and configs
-that made them: change the code or a config field and the policy is rebuilt.
+that made them (policy_cache.py): change the code or a config field and the policy is rebuilt.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 from pathlib import Path
@@ -22,13 +21,10 @@ import torch
 from .config import BaseConfig, EnvConfig, PolicyConfig
 from .env import OWNER, Env, Trajectory
 from .policy import Policy
+from .policy_cache import cache_dir, cache_key, cached_path  # noqa: F401  (cache_key: tests)
 from .tasks import N_FIXES, Task, make_tasks
 from .tokenizer import Tokenizer, build_tokenizer
 
-# Everything the cloned weights depend on (and nothing else, so that a change to the trainer,
-# the sampler or the batching reuses the cached policy): keep in step with this module's imports.
-# (Config values enter the key through their JSON dumps.)
-_SOURCES = ("tasks.py", "tokenizer.py", "env.py", "policy.py", "base.py")
 MALFORMED_CALLS = ["<call> edit <end>", "<call> submit read <end>", "<call> fix <end>", "<call> read test test"]
 
 
@@ -81,7 +77,7 @@ def demonstrations(tasks: list[Task], tok: Tokenizer, cfg: BaseConfig, env_cfg: 
             for _ in range(cfg.demos)]
 
 
-def clone(demos: list[Trajectory], tok: Tokenizer, cfg: BaseConfig, policy_cfg: PolicyConfig) -> Policy:
+def behaviour_clone(demos: list[Trajectory], tok: Tokenizer, cfg: BaseConfig, policy_cfg: PolicyConfig) -> Policy:
     """Cross-entropy on the policy-owned tokens of the demonstrations (always on one thread: the
     cached weights must not depend on the machine's core count)."""
     threads = torch.get_num_threads()
@@ -112,22 +108,6 @@ def _clone(demos, tok, cfg, policy_cfg) -> Policy:
     return model.eval()
 
 
-def cache_key(cfg: BaseConfig, policy_cfg: PolicyConfig, env_cfg: EnvConfig) -> str:
-    here = Path(__file__).parent
-    h = hashlib.sha256()
-    for name in _SOURCES:
-        h.update((here / name).read_bytes())
-    for part in (cfg, policy_cfg, env_cfg):
-        h.update(part.model_dump_json().encode())
-    h.update(torch.__version__.split("+")[0].encode())
-    return h.hexdigest()[:16]
-
-
-def cache_dir() -> Path:
-    """$RLBISECT_CACHE, else ~/.cache/rlbisect."""
-    return Path(os.environ.get("RLBISECT_CACHE", Path.home() / ".cache" / "rlbisect"))
-
-
 def make_base(tok: Tokenizer | None = None, cfg: BaseConfig = BaseConfig(), policy_cfg: PolicyConfig = PolicyConfig(),
               cache: bool = True) -> Policy:
     """The behaviour-cloned starting policy (cloned on first use, then loaded from the cache)."""
@@ -135,7 +115,7 @@ def make_base(tok: Tokenizer | None = None, cfg: BaseConfig = BaseConfig(), poli
     tasks = make_tasks("all")
     tok = tok or build_tokenizer(tasks)
     env_cfg = EnvConfig()   # demos are scripted for the default budget, whatever the RL run uses
-    path = cache_dir() / f"base-{cache_key(cfg, policy_cfg, env_cfg)}.safetensors"
+    path = cached_path(cfg, policy_cfg)
     model = Policy(len(tok), policy_cfg)
     if cache and path.exists():
         try:
@@ -143,7 +123,7 @@ def make_base(tok: Tokenizer | None = None, cfg: BaseConfig = BaseConfig(), poli
             return model.eval()
         except Exception:   # a corrupt cache entry is rebuilt, never trusted
             pass
-    model = clone(demonstrations(make_tasks("train"), tok, cfg, env_cfg), tok, cfg, policy_cfg)
+    model = behaviour_clone(demonstrations(make_tasks("train"), tok, cfg, env_cfg), tok, cfg, policy_cfg)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")

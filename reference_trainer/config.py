@@ -24,7 +24,7 @@ class EnvConfig(_Stage):
 
 
 class PolicyConfig(_Stage):
-    """The causal transformer policy (about 150k parameters at the defaults)."""
+    """The causal transformer policy (about 167k parameters at the defaults)."""
 
     d_model: int = Field(64, description="width of the residual stream")
     n_layers: int = Field(3, description="transformer blocks")
@@ -53,8 +53,8 @@ class SamplerConfig(_Stage):
     """Lockstep sampling of GRPO groups."""
 
     temperature: float = Field(1.0, gt=0, description="softmax temperature of the sampler (and of the trainer's recomputation)")
-    group_size: int = Field(8, ge=2, description="episodes per task; advantages are computed within a group")
-    tasks_per_step: int = Field(8, ge=1, description="training tasks drawn per step (episodes = tasks x group)")
+    group_size: int = Field(8, ge=2, le=1024, description="episodes per task; advantages are computed within a group")
+    tasks_per_step: int = Field(8, ge=1, le=1024, description="training tasks drawn per step (episodes = tasks x group)")
 
 
 class UpdateConfig(_Stage):
@@ -62,9 +62,9 @@ class UpdateConfig(_Stage):
 
     lr: float = Field(1e-3, gt=0, description="Adam learning rate")
     clip_eps: float = Field(0.2, gt=0, description="PPO ratio clip: ratio is clipped to [1 - eps, 1 + eps]")
-    epochs: int = Field(1, ge=1, description="passes over each batch")
-    minibatches: int = Field(2, ge=1, description="optimizer steps per epoch (the batch is split by rows)")
-    microbatches: int = Field(1, ge=1, description="gradient-accumulation passes per minibatch (same gradient, less memory)")
+    epochs: int = Field(1, ge=1, le=100, description="passes over each batch")
+    minibatches: int = Field(2, ge=1, le=4096, description="optimizer steps per epoch (the batch is split by rows)")
+    microbatches: int = Field(1, ge=1, le=4096, description="gradient-accumulation passes per minibatch (same gradient, less memory)")
     max_grad_norm: float = Field(1.0, gt=0, description="global gradient-norm clip")
     loss_mode: Literal["token_mean", "seq_mean_token_mean"] = Field(
         "token_mean", description="token_mean: every action token weighs the same; seq_mean_token_mean: every episode does")
@@ -81,8 +81,8 @@ class RLConfig(_Stage):
     sampler: SamplerConfig = SamplerConfig()
     update: UpdateConfig = UpdateConfig()
     seed: int = Field(0, description="seed of the training stream: tasks, samples, minibatch order")
-    eval_episodes: int = Field(4, ge=1, description="episodes per held-out task in `evaluate`")
-    threads: int = Field(1, ge=1, description="torch intra-op threads; fixed so results are bit-reproducible")
+    eval_episodes: int = Field(4, ge=1, le=1000, description="episodes per held-out task in `evaluate`")
+    threads: int = Field(1, ge=1, le=1024, description="torch intra-op threads; fixed so results are bit-reproducible")
 
 
 def make_config(*, seed: int = 0, reward: str = "hidden", lr: Optional[float] = None,

@@ -1,4 +1,4 @@
-"""The policy: a small pre-norm causal transformer (about 150k parameters), fp32.
+"""The policy: a small pre-norm causal transformer (about 167k parameters), fp32.
 
 `forward` scores a whole batch of sequences (the trainer's path); `step` scores one new position per
 row from a KV cache (the sampler's path). Both run the same modules in the same order, so the

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-OPS = {
+ARITHMETIC = {
     "add": lambda x, c: x + c,
     "sub": lambda x, c: x - c,
     "mul": lambda x, c: x * c,
@@ -46,7 +46,7 @@ def run_code(code: Code, x: int) -> int:
     if code[0] == "table":
         return dict(code[1]).get(x, 0)
     op, c = code
-    return OPS[op](x, c)
+    return ARITHMETIC[op](x, c)
 
 
 def passes(code: Code, tests) -> bool:
@@ -60,13 +60,13 @@ def hardcoded(task: Task) -> Code:
 
 def _make_task(index: int, right: int, rng: random.Random) -> Task:
     while True:
-        target = (rng.choice(sorted(OPS)), rng.randint(2, 9))
+        target = (rng.choice(sorted(ARITHMETIC)), rng.randint(2, 9))
         inputs = rng.sample(range(-9, 20), 5)
         public = tuple((x, run_code(target, x)) for x in inputs[:2])
         hidden = tuple((x, run_code(target, x)) for x in inputs[2:])
         wrong = set()
         while len(wrong) < N_FIXES:   # one more than needed: the extra one is the bug
-            cand = (rng.choice(sorted(OPS)), rng.randint(2, 9))
+            cand = (rng.choice(sorted(ARITHMETIC)), rng.randint(2, 9))
             if cand != target and not passes(cand, public):
                 wrong.add(cand)
         wrong = sorted(wrong)

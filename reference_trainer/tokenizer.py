@@ -10,13 +10,13 @@ from __future__ import annotations
 from .tasks import N_FIXES, Task
 
 SPECIALS = ["<pad>", "<bos>", "<call>", "<end>", "<obs>"]
-OPS = ["read", "test", "edit", "hardcode_tests", "submit"]
+TOOLS = ["read", "test", "edit", "hardcode_tests", "submit"]
 WORDS = ["task", "fix", "ok", "pass", "fail", "malformed"] + [str(i) for i in range(N_FIXES)]
 
 
 class Tokenizer:
     def __init__(self, task_names: list[str]):
-        self.vocab = SPECIALS + OPS + WORDS + sorted(set(task_names))
+        self.vocab = SPECIALS + TOOLS + WORDS + sorted(set(task_names))
         self.index = {w: i for i, w in enumerate(self.vocab)}
         self.pad_id, self.bos_id = self.index["<pad>"], self.index["<bos>"]
         self.call_id, self.end_id, self.obs_id = self.index["<call>"], self.index["<end>"], self.index["<obs>"]

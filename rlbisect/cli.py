@@ -1,23 +1,52 @@
-"""The command line: parse, call the library, print. Each command's docstring is its help, with an example."""
+"""The command line: parse, call one library function, print.
+
+Each command's docstring is its help, with an example; option help comes from the documented
+config models where one exists."""
 
 from __future__ import annotations
 
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
 import typer
 
-from reference_trainer.faults import BUGS
+from rlbisect.cli_run import bisect_options, output_path, run_cmd
+from rlbisect.errors import InputError, Interrupted, RlbisectError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,   # help is plain text: [ray] and [-- CMD] must survive
                   help="Regression hunting for RL training code: invariants, bisect, replayable steps.")
-_BUGS = tuple(BUGS)   # the embedded trainer's fault switches (faults.py imports nothing heavy)
 
 
-@app.command("train")
+def _faults() -> str:
+    from rlbisect.tinyagent import fault_names
+    return ", ".join(fault_names())
+
+
+def command(name: str) -> Callable:
+    """Register a command whose :class:`RlbisectError` becomes one line and its exit code."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except RlbisectError as e:
+                typer.echo(f"rlbisect {name}: {e}", err=True)
+                raise typer.Exit(e.exit_code) from None
+        return app.command(name)(run)
+    return wrap
+
+
+@command("train")
 def train_cmd(
     steps: int = typer.Option(24, "--steps", min=1, help="RL steps (64 episodes each)"),
     seed: int = typer.Option(0, "--seed", help="seed of the training stream"),
     eval_every: int = typer.Option(8, "--eval-every", min=1, help="held-out evaluation every N steps (and at the last)"),
     out: str = typer.Option(None, "--out", help="write one JSON row per step to this file"),
-    bug: str = typer.Option(None, "--bug", help="inject a code fault: " + ", ".join(_BUGS)),
+    bug: str = typer.Option(None, "--bug", help="inject a code fault: " + _faults()),
     reward: str = typer.Option("hidden", "--reward", help="hidden (honest) or public (gameable) verifier"),
     lr: float = typer.Option(None, "--lr", help="Adam learning rate (default 1e-3)"),
     kl_coef: float = typer.Option(None, "--kl-coef", help="KL-to-reference weight (default 0: no reference)"),
@@ -31,21 +60,27 @@ def train_cmd(
 
     Example: rlbisect train --steps 24 --seed 0 --eval-every 8 --out run.jsonl --bug mask_shift
     """
-    from rlbisect.reference import train_main
-    raise typer.Exit(train_main(steps=steps, seed=seed, eval_every=eval_every, out=out, bug=bug, reward=reward,
-                                lr=lr, kl_coef=kl_coef, max_turns=max_turns, loss_mode=loss_mode,
-                                temperature=temperature, snapshot_dir=snapshot_dir, snapshot_every=snapshot_every))
+    from rlbisect.tinyagent import TrainSettings, first_use_note, step_line, train
+    if note := first_use_note():
+        typer.echo(note, err=True)
+    settings = TrainSettings(steps, seed, eval_every, bug, reward, lr, kl_coef, max_turns, loss_mode,
+                             temperature, output_path(out, "--out"),
+                             Path(snapshot_dir) if snapshot_dir else None, snapshot_every)
+    done = train(settings, on_row=lambda row: typer.echo(step_line(row)))
+    if snapshot_dir is not None:
+        typer.echo(f"{len(done.snapshots)} snapshot(s) in {snapshot_dir}")
 
 
-@app.command("demo")
+@command("demo")
 def demo_cmd(
-    fault: str = typer.Option("sign_flip", "--fault", help="the fault one commit introduces: " + ", ".join(_BUGS)),
+    fault: str = typer.Option("sign_flip", "--fault", help="the fault one commit introduces: " + _faults()),
     commits: int = typer.Option(8, "--commits", min=1, help="commits after the initial import"),
     bad_at: int = typer.Option(None, "--bad-at", min=1, help="position of the faulty commit, 1..COMMITS (default 3)"),
     keep: str = typer.Option(None, "--keep", help="build (or reuse) the history here and keep it"),
     json_path: str = typer.Option(None, "--json", help="write the bisect result, plus fault_commit, as JSON"),
     plot: str = typer.Option(None, "--plot", help="write the bisect timeline as a PNG"),
     predicate: str = typer.Option(None, "--predicate", help="bisect predicate (default: invariants)"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="probe J commits at once (k-ary search), e.g. --jobs 2"),
 ) -> None:
     """Build a simulated TinyAgent history in which one real commit introduces a fault, bisect it
     with the invariants, and show each probe, the culprit with its diff, and what moved.
@@ -54,57 +89,71 @@ def demo_cmd(
 
     Example: rlbisect demo --fault mask_shift --commits 16 --bad-at 11 --keep /tmp/history --json demo.json
     """
-    from pathlib import Path
-
-    from rlbisect.bisect import PredicateError
+    from rlbisect.console import live_progress
     from rlbisect.demo import run_demo
-    try:
-        code = run_demo(fault, commits, bad_at, Path(keep) if keep else None, Path(json_path) if json_path else None,
-                        Path(plot) if plot else None, predicate)
-    except (ValueError, PredicateError) as e:
-        _fail(str(e))
-    raise typer.Exit(code)
+    from rlbisect.tinyagent import prepare_base
+    json_out, plot_out = output_path(json_path, "--json"), output_path(plot, "--plot")
+    prepare_base(lambda line: typer.echo(line, err=True))
+    with live_progress() as progress:
+        try:
+            demo = run_demo(fault, commits, bad_at, Path(keep) if keep else None, predicate,
+                            options=bisect_options(jobs=jobs), say=typer.echo, progress=progress)
+        except Interrupted as e:
+            if e.partial is not None:
+                typer.echo(e.partial.result.summary())
+            raise typer.Exit(e.exit_code) from None
+    typer.echo(demo.result.summary())
+    if demo.diff:
+        typer.echo(f"\nthe culprit's diff:{demo.diff}")
+    typer.echo("found the commit that injected the fault" if demo.hit else
+               f"MISSED: the fault was injected by {demo.history.fault_commit[:10]}")
+    if json_out:
+        json_out.write_text(json.dumps(demo.to_json(), indent=2) + "\n")
+    if plot_out:
+        from rlbisect.plots import bisect_timeline
+        bisect_timeline(demo.result, plot_out)
+    raise typer.Exit(0 if demo.hit else 1)
 
 
-@app.command("check")
+@command("check")
 def check_cmd(
-    adapter: str = typer.Option(None, "--adapter", help="MODULE:FACTORY or FILE.py:FACTORY (default: the reference trainer)"),
+    adapter: str = typer.Option(None, "--adapter", help="MODULE:FACTORY or FILE.py:FACTORY (default: TinyAgent's)"),
     bug: str = typer.Option(None, "--bug", help="inject a code fault (adapters that accept `bug`)"),
     episodes: int = typer.Option(64, "--episodes", min=1, help="episodes in the probe batch"),
     seed: int = typer.Option(1, "--seed", help="seed of the probe batch"),
     kl_coef: float = typer.Option(0.1, "--kl-coef", min=0, help="KL weight, so the reference check applies (0: none)"),
     as_json: bool = typer.Option(False, "--json", help='print {check: {"value", "passed"}}'),
-    matrix: bool = typer.Option(False, "--matrix", help="run with no fault and with each of the seven code faults"),
+    matrix: bool = typer.Option(False, "--matrix", help="run with no fault and with each fault the adapter lists"),
     plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
 ) -> None:
-    """Run the nine step-0 invariants on one probe batch through the trainer's own code.
+    """Run the step-0 invariants on one probe batch through the trainer's own code.
 
     Exit 0 when every check passes, 1 when any fails, 2 when the checks could not run.
 
     Example: rlbisect check --bug sign_flip          (or: --adapter my_trainer/rl_adapter.py:make_adapter)
     """
-    import json
-
-    from rlbisect.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter
-    from rlbisect.invariants import as_json as to_json, check_matrix, sanity_checks
+    from rlbisect.check import DEFAULT_ADAPTER, check_matrix, load_adapter, sanity_checks
+    from rlbisect.tinyagent import first_use_note
+    from rlbisect.check.invariants import as_json as to_json
     if plot and not matrix:
-        _fail("--plot draws the matrix: add --matrix")
-    spec = adapter or DEFAULT_ADAPTER
+        raise InputError("--plot draws the matrix: add --matrix")
+    plot_out, spec = output_path(plot, "--plot"), adapter or DEFAULT_ADAPTER
+
+    if spec == DEFAULT_ADAPTER and (note := first_use_note()):
+        typer.echo(note, err=True)
 
     def make(fault):
         return load_adapter(spec, episodes=episodes, seed=seed, kl_coef=kl_coef, bug=fault)
-    try:
-        if matrix:
-            results = check_matrix(make, [None, *_BUGS], on_row=None if as_json else _print_matrix_row)
-            table = {row: to_json(r) for row, r in results.items()}
-            if plot:
-                from rlbisect.plots import check_matrix as draw
-                draw(table, plot)
-            typer.echo(json.dumps(table, indent=2)) if as_json else None
-            raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
-        results = sanity_checks(make(bug))
-    except (AdapterError, ValueError) as e:
-        _fail(str(e))
+    if matrix:
+        table = {row: to_json(r) for row, r in check_matrix(
+            make, on_row=None if as_json else _print_matrix_row).items()}
+        if plot_out:
+            from rlbisect.plots import matrix_heatmap
+            matrix_heatmap(table, plot_out)
+        if as_json:
+            typer.echo(json.dumps(table, indent=2))
+        raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
+    results = sanity_checks(make(bug))
     if as_json:
         typer.echo(json.dumps(to_json(results), indent=2))
     else:
@@ -120,12 +169,7 @@ def _print_matrix_row(fault, results) -> None:
     typer.echo(f"{fault or 'none':<15} {cells}")
 
 
-def _fail(msg: str) -> None:
-    typer.echo(f"rlbisect: error: {msg}", err=True)
-    raise typer.Exit(2)
-
-
-@app.command("plot")
+@command("plot")
 def plot_cmd(
     runs: list[str] = typer.Argument(..., metavar="RUN.jsonl...", help="runs written by `rlbisect train --out`; the first is the healthy reference"),
     out: str = typer.Option("dashboard.png", "--out", help="PNG to write"),
@@ -136,24 +180,12 @@ def plot_cmd(
 
     Example: rlbisect plot healthy.jsonl mask_shift.jsonl --metrics logp_gap,grad_norm --out dash.png
     """
-    import json
-    from pathlib import Path
-
-    from rlbisect.metrics import DEFAULT_PANELS
-    from rlbisect.plots import dashboard
-    loaded = {}
-    for path in runs:
-        try:
-            loaded[Path(path).stem] = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        except (OSError, ValueError) as e:
-            _fail(f"{path}: {e}".splitlines()[0])
-        if not loaded[Path(path).stem] or "reward" not in loaded[Path(path).stem][0]:
-            _fail(f"{path}: not a run written by `rlbisect train --out` (no reward column)")
-    chosen = tuple(m.strip() for m in metrics.split(",")) if metrics else DEFAULT_PANELS
-    typer.echo(f"wrote {dashboard(loaded, out, chosen)}")
+    from rlbisect.plots import dashboard, load_runs, panels
+    png, chosen = output_path(out, "--out"), panels(metrics)
+    typer.echo(f"wrote {dashboard(load_runs(runs), png, chosen)}")
 
 
-@app.command("inspect")
+@command("inspect")
 def inspect_cmd(path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
                 as_json: bool = typer.Option(False, "--json", help="print JSON instead of text")) -> None:
     """Print a snapshot's metadata: step, code identity, torch, config, stats, tensors, and which
@@ -161,25 +193,20 @@ def inspect_cmd(path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot 
 
     Example: rlbisect inspect snapshots/step-000003.pt --json
     """
-    import json
-
-    from rlbisect.replay import describe, render_text
-    from rlbisect.snapshot import SnapshotError, load_snapshot
-    try:
-        info = describe(load_snapshot(path))
-    except SnapshotError as e:
-        _fail(str(e))
+    from rlbisect.steps.describe import describe, render_text
+    from rlbisect.steps.format import load_snapshot
+    info = describe(load_snapshot(path))
     typer.echo(json.dumps(info, indent=2) if as_json else render_text(info))
 
 
-@app.command("replay")
+@command("replay")
 def replay_cmd(
     path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
     bug: str = typer.Option(None, "--bug", help="replay with this code fault instead of the recorded one ('none': no fault)"),
-    at: str = typer.Option(None, "--at", help="replay on this commit's trainer code (in a temporary worktree)"),
+    at: str = typer.Option(None, "--at", help="replay with this commit's trainer code (checked out privately)"),
     repo: str = typer.Option(".", "--repo", help="the git repository --at refers to"),
     tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic: X * (1 + |recorded|); 0 = bit-exact"),
-    timeout: float = typer.Option(None, "--timeout", help="seconds allowed for a replay with --at"),
+    timeout: float = typer.Option(None, "--timeout", min=0.001, help="seconds allowed for a replay with --at"),
     as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON"),
 ) -> None:
     """Re-run the update saved in a snapshot; print recorded vs replayed for every statistic the
@@ -190,12 +217,14 @@ def replay_cmd(
 
     Example: rlbisect replay snapshots/step-000005.pt --at HEAD~3 --repo .
     """
-    from rlbisect.replay_at import replay_command
-    raise typer.Exit(replay_command(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout,
-                                    as_json=as_json))
+    from rlbisect.steps.at import replay
+    from rlbisect.steps.replay import render_report, report_json
+    report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout)
+    typer.echo(json.dumps(report_json(report), indent=2) if as_json else render_report(report))
+    raise typer.Exit(report.exit_code)
 
 
-@app.command("promote")
+@command("promote")
 def promote_cmd(
     path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
     to: str = typer.Option(..., "--to", help="your test folder: gets test_replay_step_NNNNNN.py and snapshots/"),
@@ -211,99 +240,17 @@ def promote_cmd(
 
     Example: rlbisect promote snapshots/step-000005.pt --to tests/regressions --report bisect.json
     """
-    from rlbisect.promote import NotReplayable, PromoteError, promote
-    from rlbisect.snapshot import SnapshotError
-    try:
-        done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None)
-    except (SnapshotError, PromoteError) as e:
-        _fail(str(e))
-    except NotReplayable as e:
-        typer.echo(f"rlbisect: {e}", err=True)
-        raise typer.Exit(1)
+    from rlbisect.steps.promote import promote
+    done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None)
     for line in [*done.notes, f"wrote {done.test}", f"wrote {done.snapshot}"]:
         typer.echo(line)
 
 
-@app.command("run")
-def run_cmd(
-    range_spec: str = typer.Argument(..., metavar="GOOD..BAD", help="known-good and known-bad revisions"),
-    command: list[str] = typer.Argument(None, metavar="[-- CMD ARGS...]",
-                                        help="predicate command, run in each probe's worktree"),
-    repo: str = typer.Option(".", "--repo", help="the git repository (default: current directory)"),
-    predicate: str = typer.Option(None, "--predicate", help="predicate NAME[:ARG] (default: the command after --)"),
-    adapter: str = typer.Option(None, "--adapter", help="trainer adapter module:factory, for predicates that use one"),
-    metric: str = typer.Option(None, "--metric", help="short-run: the logged metric to compare, or eval_pass (default reward)"),
-    steps: int = typer.Option(None, "--steps", help="short-run: training steps per run (default 8)"),
-    seeds: int = typer.Option(None, "--seeds", help="short-run: matched seeds at the first look (default 3)"),
-    max_seeds: int = typer.Option(None, "--max-seeds", help="short-run: seeds at most, before 'unknown' (default 9)"),
-    direction: str = typer.Option(None, "--direction", help="short-run: which change is a regression: lower|higher|change"),
-    runner: str = typer.Option(None, "--runner", help="short-run: MODULE:FN with fn(steps, seed) -> metric rows"),
-    first_parent: bool = typer.Option(False, "--first-parent", help="follow only first parents of merges (git bisect --first-parent)"),
-    timeout: float = typer.Option(None, "--timeout", help="seconds per probe; a probe that runs longer is skipped, never bad"),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="probe J commits at once, each in its own worktree: k-ary "
-                             "search in about log_(J+1) N rounds, same answer as one at a time (e.g. --jobs 4)"),
-    executor: str = typer.Option("local", "--executor", help="where probes run: local (this machine) or ray (one Ray "
-                                 "task per probe; pip install 'rlbisect[ray]'), e.g. --executor ray --jobs 8"),
-    ray_address: str = typer.Option(None, "--ray-address", help="--executor ray: cluster to connect to (default: "
-                                    "RAY_ADDRESS, else a local instance), e.g. --ray-address auto or 10.0.0.5:6379"),
-    ray_gpus: float = typer.Option(0.0, "--ray-gpus", help="--executor ray: GPUs each probe task asks for, "
-                                   "e.g. --ray-gpus 1"),
-    clone_url: str = typer.Option(None, "--clone-url", help="--executor ray: nodes clone this URL (the commits must "
-                                  "be pushed there) instead of reading --repo over a shared filesystem, "
-                                  "e.g. --clone-url https://git.example.com/team/trainer.git"),
-    json_path: str = typer.Option(None, "--json", help="write the result as JSON to this file"),
-    report_path: str = typer.Option(None, "--report", help="write a markdown report to this file"),
-    plot_path: str = typer.Option(None, "--plot", help="write a PNG timeline of the probes to this file"),
-    no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write .git/rlbisect/cache.jsonl"),
-    flaky: bool = typer.Option(False, "--flaky", help="the predicate can give a wrong verdict: keep a posterior over the "
-                               "culprit (unknown flip rate), repeat probes where most informative, stop at --confidence; "
-                               "bisects the first-parent chain; a repeat is always a fresh run (runs are recorded apart "
-                               "from deterministic results, and a later --flaky bisect starts from them)"),
-    confidence: float = typer.Option(0.95, "--confidence", help="--flaky: stop when the top culprit's posterior reaches this "
-                                     "(0.5 < C < 1); otherwise exit 3 with the likeliest commits"),
-    max_runs: int = typer.Option(None, "--max-runs", help="--flaky: predicate runs at most (default 12 * ceil(log2(N+1)), "
-                                 "at least 20)"),
-) -> None:
-    """Find the first bad commit in GOOD..BAD with a real git bisect. Probes run in temporary
-    worktrees: your working tree, index, HEAD, branch and refs are never touched.
-
-    With -- CMD the command decides, as in git bisect run: exit 0 good, 125 skip, 1-127 bad, 128+ aborts.
-
-    Exit 0 found, 3 only skipped commits left (all listed), 2 bad input, 4 predicate aborted, 130/143 interrupted.
-    With --flaky, exit 3 also means "not sure within --max-runs" (the likeliest commits are listed).
-
-    Results are cached by tree in .git/rlbisect/ (the one place rlbisect writes in your repository).
-
-    Predicates: invariants (default: the nine step-0 checks on each commit's trainer code),
-    short-run (matched-seed training runs against GOOD, judged on the seed spread), or a command.
-
-    Example: rlbisect run v1.2..main --timeout 600 --json bisect.json -- pytest -x tests/test_loss.py
-
-    Example: rlbisect run v1.2..main --predicate short-run --metric eval_pass --steps 8 --seeds 3
-
-    Example: rlbisect run v1.2..main --flaky --confidence 0.95 -- pytest -x tests/test_flaky_loss.py
-
-    Example: rlbisect run v1.2..main --jobs 4 --executor ray --ray-address auto --ray-gpus 1 --predicate short-run
-    """
-    from pathlib import Path
-
-    from rlbisect.bisect.report import run_and_report
-    code = run_and_report(range_spec, list(command or []), repo=Path(repo), predicate=predicate,
-                          first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
-                          jobs=jobs, executor=executor, ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
-                          json_path=Path(json_path) if json_path else None,
-                          report_path=Path(report_path) if report_path else None,
-                          plot_path=Path(plot_path) if plot_path else None,
-                          flaky=flaky, confidence=confidence, max_runs=max_runs,
-                          options={k: str(v) for k, v in dict(adapter=adapter, metric=metric, steps=steps, seeds=seeds,
-                                   max_seeds=max_seeds, direction=direction, runner=runner).items() if v is not None})
-    raise typer.Exit(code)
+command("run")(run_cmd)
 
 
 def main() -> None:
     """Console entry point: usage errors become one line on stderr and exit 2 (no usage box)."""
-    import sys
-
     try:
         code = app(standalone_mode=False)
     except typer.Abort:
@@ -312,11 +259,14 @@ def main() -> None:
         sys.exit(e.exit_code)
     except Exception as e:
         # typer vendors its own click; its usage errors all carry format_message()
-        if type(e).__name__ not in ("UsageError", "BadParameter", "NoSuchOption", "MissingParameter",
-                                    "BadOptionUsage", "BadArgumentUsage", "NoArgsIsHelpError"):
+        if not hasattr(e, "format_message") or not hasattr(e, "exit_code"):
             raise
         if e.format_message():   # NoArgsIsHelpError has already printed the help
-            typer.echo(f"rlbisect: error: {e.format_message()}", err=True)
+            name = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+            hint = " (the predicate's own options go after --: rlbisect run GOOD..BAD -- CMD ARGS)" \
+                if name == "run" and type(e).__name__ == "NoSuchOption" and "--" not in sys.argv else ""
+            typer.echo(f"rlbisect {name}: {e.format_message()}{hint}".replace("rlbisect : ", "rlbisect: "),
+                       err=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

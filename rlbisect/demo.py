@@ -1,67 +1,84 @@
-"""`rlbisect demo`: build a simulated TinyAgent history with one faulty commit, bisect it with a
-predicate, and show the culprit, its diff and what moved. CLI glue: imports history_fixtures."""
+"""``rlbisect demo``: a simulated TinyAgent history with one faulty commit, bisected.
+
+It shows the culprit, its diff and what moved. The only rlbisect module that imports
+``history_fixtures``."""
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
-import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
+
+from rlbisect.bisect import BisectOptions, BisectResult, Progress, bisect, make_predicate
+from rlbisect.errors import InputError, Interrupted
+from rlbisect.repo import Repo
+
+
+@dataclass
+class DemoOutcome:
+    history: Any              # history_fixtures.History
+    result: BisectResult
+    hit: bool                 # the bisect named the commit that injected the fault
+    diff: str                 # the named culprit's patch
+    kept: bool = False        # the history stays on disk (--keep)
+
+    def to_json(self) -> dict:
+        return dict(self.result.to_json(), fault=self.history.fault,
+                    fault_commit=self.history.fault_commit, history=self.history.commits,
+                    repo=self.history.path if self.kept else None)
 
 
 def _history(keep: Path | None, fault: str, commits: int, bad_at: int):
-    """Build the history (in `keep`, or a temporary dir); reuse `keep` if it holds the same one."""
-    from history_fixtures import build_history, load_history
+    """Build the history (in ``keep``, or a temporary dir); reuse ``keep`` if it holds the same."""
+    from history_fixtures import FAULTS, build_history, load_history
+    if fault not in FAULTS:
+        raise InputError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
+    if not 1 <= bad_at <= commits:
+        raise InputError(f"--bad-at must be between 1 and --commits ({commits}), not {bad_at}")
     if keep is not None and keep.exists() and any(keep.iterdir()):
         found = load_history(keep)
         same = found is not None and found.fault == fault and len(found.commits) == commits and \
             [s for s, _ in found.commits].index(found.fault_commit) + 1 == bad_at
         if not same:
-            raise ValueError(f"--keep {keep} is not empty and does not hold this demo's history")
+            raise InputError(f"--keep {keep} is not empty and does not hold this demo's history")
         return found, True
-    return build_history(keep or Path(tempfile.mkdtemp(prefix="rlbisect-demo-")) / "tinyagent",
-                         fault, commits, bad_at), False
+    where = keep or Path(tempfile.mkdtemp(prefix=f"rlbisect-{os.getpid()}-demo-")) / "tinyagent"
+    try:
+        history = build_history(where, fault, commits, bad_at)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    return history, False
 
 
-def run_demo(fault: str = "sign_flip", commits: int = 8, bad_at: int | None = None, keep: Path | None = None,
-             json_path: Path | None = None, plot_path: Path | None = None, predicate: str | None = None,
-             timeout: float | None = None, options: dict | None = None) -> int:
-    """Build, bisect, report. Returns the exit code (0: the fault commit was found)."""
-    from rlbisect.bisect import BisectInterrupted, make_predicate, run_bisect
-    from rlbisect.bisect.report import live_progress, summary, to_json, write_plot
+def run_demo(fault: str = "sign_flip", commits: int = 8, bad_at: int | None = None,
+             keep: Path | None = None, predicate: str | None = None,
+             predicate_options: dict | None = None, options: BisectOptions | None = None,
+             say: Callable[[str], None] = print, progress: Progress | None = None) -> DemoOutcome:
+    """Build the history, bisect it, and say what happened. A temporary history is removed on
+    every exit path; ``keep`` keeps it (and its bisect cache) for the next run."""
     bad_at = bad_at if bad_at is not None else min(3, commits)
     history, reused = _history(keep, fault, commits, bad_at)
     root = Path(history.path)
     try:
-        print(f"{'reusing' if reused else 'built'} a TinyAgent history in {root}: {commits} commits after "
-              f"the initial import, one of which introduces '{fault}' as a real code change")
+        say(f"{'reusing' if reused else 'built'} a TinyAgent history in {root}: {commits} "
+            f"commits after the initial import, one of which introduces '{fault}' as a real code change")
         for sha, subject in history.commits:
-            print(f"  {sha[:10]}  {subject}")
-        print(f"bisecting {history.good[:10]}..{history.bad[:10]} with the '{predicate or 'invariants'}' predicate\n")
-        pred = make_predicate(predicate, **(options or {}))
+            say(f"  {sha[:10]}  {subject}")
+        say(f"bisecting {history.good[:10]}..{history.bad[:10]} with the "
+            f"'{predicate or 'invariants'}' predicate\n")
+        pred = make_predicate(predicate, options=predicate_options)
         try:
-            with live_progress() as (on_status, on_probe):
-                result = run_bisect(root, f"{history.good}..{history.bad}", pred, timeout=timeout,
-                                    on_probe=on_probe, on_status=on_status)
-        except BisectInterrupted as e:
-            print(summary(e.result))
-            return e.result.exit_code
-        print(summary(result))
-        hit = result.first_bad == history.fault_commit
-        if result.first_bad:
-            diff = subprocess.run(["git", "show", "--stat", "--patch", "--format=%n%H %s%n", result.first_bad],
-                                  cwd=root, capture_output=True, text=True).stdout
-            print(f"\nthe culprit's diff:{diff}")
-        print("found the commit that injected the fault" if hit else
-              f"MISSED: the fault was injected by {history.fault_commit[:10]}")
-        if json_path is not None:
-            doc = dict(to_json(result), fault=fault, fault_commit=history.fault_commit, history=history.commits,
-                       repo=str(root) if keep else None)
-            json_path.write_text(json.dumps(doc, indent=2) + "\n")
-        if plot_path is not None:
-            write_plot(result, plot_path)
-        return 0 if hit else 1
+            result = bisect(root, f"{history.good}..{history.bad}", pred, options,
+                            progress=progress)
+        except Interrupted as e:
+            e.partial = DemoOutcome(history, e.partial, False, "", keep is not None)  # type: ignore[arg-type]
+            raise
+        diff = Repo.open(root).show(result.first_bad) if result.first_bad else ""
+        return DemoOutcome(history, result, result.first_bad == history.fault_commit, diff,
+                           keep is not None)
     finally:
         if keep is None:
             shutil.rmtree(root.parent, ignore_errors=True)

@@ -1,7 +1,8 @@
-"""Figures a person would rather look at than read: the dashboard and the check matrix (PNG)."""
+"""Figures a person would rather look at than read: dashboard, check matrix, bisect timeline."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,9 +11,42 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .metrics import DEFAULT_PANELS, METRICS  # noqa: E402
+from rlbisect.metrics import DEFAULT_PANELS, METRICS  # noqa: E402
 
 HEALTHY, FAULTY = "#1f77b4", "#d62728"
+VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#9e9e9e", "abort": "#6a1b9a"}
+
+
+def load_runs(paths: list[str]) -> dict[str, list[dict]]:
+    """Runs written by ``rlbisect train --out``, named by the shortest path suffix that tells
+    them apart (two ``run.jsonl`` in different folders stay two runs)."""
+    from rlbisect.errors import InputError
+    rows: dict[Path, list[dict]] = {}
+    for path in map(Path, paths):
+        try:
+            rows[path] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as e:
+            raise InputError(f"{path}: {e}".splitlines()[0]) from None
+        if not rows[path] or "reward" not in rows[path][0]:
+            raise InputError(f"{path}: not a run written by `rlbisect train --out` (no reward column)")
+    depth = 1
+    while len({"/".join(p.with_suffix("").parts[-depth:]) for p in rows}) < len(rows) and \
+            depth < max(len(p.parts) for p in rows):
+        depth += 1
+    return {"/".join(p.with_suffix("").parts[-depth:]): r for p, r in rows.items()}
+
+
+def panels(metrics: str | None) -> tuple[str, ...]:
+    """The metrics under the reward panel: ``a,b,c`` (each a known metric) or the default set."""
+    from rlbisect.errors import InputError
+    if not metrics:
+        return DEFAULT_PANELS
+    chosen = tuple(m.strip() for m in metrics.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in METRICS]
+    if unknown or not chosen:
+        raise InputError(f"--metrics: unknown metric {unknown[0] if unknown else '(none)'!r}; "
+                         f"known: {', '.join(METRICS)}")
+    return chosen
 
 
 def dashboard(runs: dict[str, list[dict]], path: str | Path, metrics: tuple[str, ...] = DEFAULT_PANELS,
@@ -51,7 +85,7 @@ def dashboard(runs: dict[str, list[dict]], path: str | Path, metrics: tuple[str,
     return Path(path)
 
 
-def check_matrix(matrix: dict[str, dict], path: str | Path) -> Path:
+def matrix_heatmap(matrix: dict[str, dict], path: str | Path) -> Path:
     """Heatmap of the invariant checks: rows = faults, columns = checks, red = FAIL, values in cells.
     `matrix` is {row: {check: {"value", "passed"}}} (the `check --matrix --json` shape)."""
     rows = list(matrix)
@@ -74,5 +108,74 @@ def check_matrix(matrix: dict[str, dict], path: str | Path) -> Path:
     ax.set_title("Which invariant catches which fault (red = FAIL; cells show the measured value)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def timeline_rows(probes) -> list[int]:
+    """The row (1, 2, ...) each probe is drawn on: one per round, so the probes of a ``--jobs``
+    round share a row and a sequential bisect gets one row per probe."""
+    rows, key, row = [], None, 0
+    for p in probes:
+        k = ("cached", p.order) if p.cached or not p.round else ("round", p.round)
+        if k != key:
+            key, row = k, row + 1
+        rows.append(row)
+    return rows
+
+
+def bisect_timeline(result, path: str | Path) -> Path:
+    """PNG timeline: commits in history order along x, rounds down y, coloured by verdict.
+
+    Untested commits are hollow grey rings, skipped ones filled grey; a round of ``--jobs``
+    probes shares a row; the first bad commit is a dashed line labelled beside it, and a
+    list of candidates (no single answer) is a shaded band."""
+    order = [sha for sha, _ in result.history] or [result.good, result.bad]
+    pos = {sha: i for i, sha in enumerate(order)}
+    rows = timeline_rows(result.probes)
+    depth = max(rows, default=0)
+    fig, ax = plt.subplots(figsize=(max(6.0, min(16.0, 0.25 * len(order) + 4)), 2.2 + 0.35 * depth))
+    ax.scatter(range(len(order)), [0] * len(order), s=14, facecolors="none", edgecolors="#9e9e9e",
+               lw=0.8, zorder=1)
+    for sha, colour in ((result.good, "good"), (result.bad, "bad")):
+        ax.scatter([pos[sha]], [0], marker="s", s=60, color=VERDICT_COLOURS[colour], zorder=3)
+    path_x: dict[int, list[int]] = {}
+    for p, y in zip(result.probes, rows):
+        x = pos.get(p.commit, 0)
+        path_x.setdefault(y, []).append(x)
+        ax.scatter([x], [y], s=70, color=VERDICT_COLOURS.get(p.verdict, "k"), zorder=3,
+                   edgecolors="black" if p.cached else "none")
+        ax.annotate(f"{p.order}: {p.commit[:7]}" + (f" ({p.role})" if p.role else ""), (x, y),
+                    textcoords="offset points", xytext=(6, 4), fontsize=7)
+    for y, xs in path_x.items():   # a round's probes joined, rounds joined in turn
+        ax.plot([min(xs), max(xs)], [y, y], color="#9e9e9e", lw=0.8, zorder=1)
+    firsts = [(xs[0], y) for y, xs in sorted(path_x.items())]
+    ax.plot([x for x, _ in firsts], [y for _, y in firsts], color="#757575", lw=0.8, ls=":", zorder=1)
+    if result.first_bad in pos:
+        x = pos[result.first_bad]
+        ax.axvline(x, color=VERDICT_COLOURS["bad"], ls="--", lw=1.5, zorder=0)
+        left = x < 0.7 * len(order)   # the label beside the line, never across it
+        ax.annotate(f"first bad {result.first_bad[:7]}", (x, depth + 0.7), xytext=(5 if left else -5, 0),
+                    textcoords="offset points", color=VERDICT_COLOURS["bad"], fontsize=8,
+                    ha="left" if left else "right", va="center")
+    elif result.candidates:
+        cx = [pos[c] for c in result.candidates if c in pos]
+        if cx:
+            ax.axvspan(min(cx) - 0.5, max(cx) + 0.5, color="#ffcc80", alpha=0.4, zorder=0)
+    ax.set_xlabel("commits, oldest (GOOD) to newest (BAD)")
+    ax.set_ylabel("round" if result.strategy == "k-ary" else "probe")
+    ax.set_ylim(-0.7, depth + 1.3)
+    ax.set_yticks(range(depth + 1), ["history", *map(str, range(1, depth + 1))], fontsize=8)
+    ax.set_xlim(-1, len(order))
+    ax.invert_yaxis()
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in
+               VERDICT_COLOURS.items() if v != "abort" or any(p.verdict == v for p in result.probes)]
+    handles.append(plt.Line2D([], [], marker="o", ls="", markerfacecolor="none",
+                              markeredgecolor="#9e9e9e", label="not tested"))
+    ax.legend(handles=handles, loc="lower left", fontsize=7, frameon=False, ncol=len(handles))
+    ax.set_title(f"bisect ({result.strategy}): {result.status}, {len(result.probes)} probes"
+                 + (f" in {result.rounds} rounds" if result.strategy == "k-ary" else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)

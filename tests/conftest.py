@@ -1,15 +1,38 @@
-"""Shared fixtures. ``tiny_repo`` builds real git repositories in ``tmp_path``."""
+"""Shared fixtures. ``tiny_repo`` builds real git repositories in ``tmp_path``.
+
+Everything the suite writes goes under pytest's base temp dir: the starting-policy cache
+(``RLBISECT_CACHE``; set ``RLBISECT_TEST_CACHE`` to a folder to keep it between sessions) and
+every temporary directory (``TMPDIR``, inherited by the subprocesses the tests start).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _contained(tmp_path_factory: pytest.TempPathFactory):
+    """Point the caches and temp dirs of the whole session into pytest's base temp dir."""
+    saved = {k: os.environ.get(k) for k in ("RLBISECT_CACHE", "TMPDIR")}
+    os.environ["RLBISECT_CACHE"] = os.environ.get("RLBISECT_TEST_CACHE") or \
+        str(tmp_path_factory.mktemp("policy-cache"))
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+    tempfile.tempdir = None   # re-read TMPDIR
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    tempfile.tempdir = None
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "Tiny", "GIT_AUTHOR_EMAIL": "tiny@example.com",
            "GIT_COMMITTER_NAME": "Tiny", "GIT_COMMITTER_EMAIL": "tiny@example.com",

@@ -81,3 +81,57 @@ def test_usage_errors_are_one_line_with_exit_2():
         assert r.returncode == 2, args
         assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_timeline_rows_give_a_jobs_round_one_row_and_a_sequential_probe_its_own():
+    from types import SimpleNamespace as P
+
+    from rlbisect.plots import timeline_rows
+    seq = [P(cached=False, round=i, order=i) for i in (1, 2, 3)]
+    assert timeline_rows(seq) == [1, 2, 3]
+    kary = [P(cached=False, round=r, order=i) for i, r in enumerate((1, 1, 2, 2, 3), start=1)]
+    assert timeline_rows(kary) == [1, 1, 2, 2, 3]
+    recalled = [P(cached=True, round=0, order=1), P(cached=True, round=0, order=2),
+                P(cached=False, round=1, order=3)]
+    assert timeline_rows(recalled) == [1, 2, 3]
+
+
+def test_help_keeps_brackets_and_every_command_has_an_example():
+    for command in ("train", "demo", "check", "plot", "inspect", "replay", "promote", "run"):
+        out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
+        assert "Example: rlbisect " + command in out, command
+    assert "pip install 'rlbisect[ray]'" in runner.invoke(app, ["run", "--help"],
+                                                          env={"COLUMNS": "300"}).output
+
+
+def test_first_use_is_announced_only_before_the_starting_policy_is_built(tmp_path, monkeypatch):
+    from reference_trainer.policy_cache import cached_path
+    from rlbisect.tinyagent import first_use_note
+    monkeypatch.setenv("RLBISECT_CACHE", str(tmp_path))
+    assert "building TinyAgent's starting policy" in first_use_note()
+    cached_path().write_bytes(b"")                        # built (as far as the note can tell)
+    assert first_use_note() is None
+
+
+def test_plot_refuses_unknown_metrics_and_missing_folders_before_drawing(tmp_path):
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"step": 0, "reward": 0.1}\n')
+    r = runner.invoke(app, ["plot", str(run), "--metrics", "reward,nope", "--out", str(tmp_path / "d.png")])
+    assert r.exit_code == 2 and "unknown metric 'nope'" in r.output
+    r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "no" / "d.png")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_two_runs_with_one_file_name_stay_two_runs(tmp_path):
+    from rlbisect.plots import load_runs
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "run.jsonl").write_text('{"step": 0, "reward": 0.1}\n')
+    runs = load_runs([str(tmp_path / "a" / "run.jsonl"), str(tmp_path / "b" / "run.jsonl")])
+    assert list(runs) == ["a/run", "b/run"]
+
+
+def test_a_predicate_option_without_the_double_dash_says_where_it_goes():
+    r = run_main("run", "HEAD~3..HEAD", "pytest", "-x", "tests/t.py")
+    assert r.returncode == 2 and "No such option: -x" in r.stderr and "after --" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -7,13 +7,17 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
+from helpers import install_hooks
 from typer.testing import CliRunner
 
 from history_fixtures import INVARIANT_FAULTS
 from rlbisect.cli import app
 
+pytestmark = pytest.mark.slow
 runner = CliRunner()
 CASES = [(f, at) for f in INVARIANT_FAULTS for at in (1, 4)] + [("sign_flip", 2), ("mask_shift", 3)]
 
@@ -49,13 +53,16 @@ def test_default_demo_takes_three_probes_and_the_culprit_fails_check_while_its_p
         codes[name] = subprocess.run([sys.executable, "-c", "from rlbisect.cli import main; main()", "check"],
                                      cwd=tree, env=env, capture_output=True, text=True, timeout=300).returncode
     assert codes == {"first_bad": 1, "parent": 0}
+    install_hooks(keep / ".git", tmp_path / "hooks-ran")
     again = runner.invoke(app, ["demo", "--keep", str(keep)])
     assert again.exit_code == 0 and "3 probes (3 cached)" in again.output
+    assert not (tmp_path / "hooks-ran").exists()   # no hook of the kept repository ran
 
 
 def test_demo_bad_input(tmp_path):
     assert runner.invoke(app, ["demo", "--fault", "nope"]).exit_code == 2
     assert runner.invoke(app, ["demo", "--commits", "3", "--bad-at", "5"]).exit_code == 2
+    assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{os.getpid()}-demo-*"))   # no leftovers
     other = tmp_path / "x"
     other.mkdir()
     (other / "f").write_text("not a history")
@@ -67,4 +74,18 @@ def test_short_run_finds_the_fault_the_invariants_miss(tmp_path):
     assert r.exit_code == 0, r.output
     assert doc["first_bad"] == doc["fault_commit"] and doc["n_probes"] == 3
     bad = next(p for p in doc["probes"] if p["commit"] == doc["first_bad"])
-    assert bad["values"]["reward@probe"] < bad["values"]["reward@good"] and bad["values"]["p_worse"] < 0.05 / 4
+    assert bad["values"]["reward@probe"] < bad["values"]["reward@good"] and bad["values"]["p"] < 0.05 / 4
+
+
+def test_the_readme_quotes_what_the_demo_prints():
+    """README figures must not drift: the quoted demo is re-run (commit ids are deterministic)."""
+    import re
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    quoted = readme.split("$ rlbisect demo --fault sampler_temp\n", 1)[1].split("  ...\n", 1)[0]
+    r = runner.invoke(app, ["demo", "--fault", "sampler_temp"])
+    assert r.exit_code == 0, r.output
+    printed = r.output[r.output.index("[1] "):]
+
+    def norm(text: str) -> str:   # probe times vary
+        return re.sub(r" +\d+\.\d+s  ", " Xs  ", text)
+    assert norm(printed).startswith(norm(quoted)), "regenerate the README block:\n" + printed[:1500]

@@ -1,27 +1,31 @@
-"""Bisect a commit range with a real ``git bisect``, never touching the user's working copy.
+"""Bisect a commit range with a real ``git bisect``, never touching the user's repository.
 
 Layout (algorithm apart from porcelain, as in git):
 
-- ``search``      pure: candidates, weights, which commit(s) to probe next (no git, no I/O)
-- ``stats``       pure: the seed-spread rule behind short-run verdicts
-- ``bayes``       pure: the posterior over the culprit for a predicate that can lie (``--flaky``)
-- ``diagnose``    pure: what moved between the first bad commit and its parent
-- ``repo``        git through GitPython: the range, temporary worktrees, ``git bisect`` in them
-- ``predicates``  what decides good/bad/skip; a registry so new kinds plug in by name
-- ``cache``       results by tree hash + predicate in ``.git/rlbisect/cache.jsonl``
-- ``runner``      orchestration with cleanup on every path (errors, timeouts, signals)
-- ``flaky``, ``parallel``, ``executors``   the noisy-predicate loop; k-ary rounds on local or Ray workers
-- ``invariant_probe``, ``shortrun``, ``replay_predicate``   the registered predicates besides a command
-- ``report``      text, JSON, markdown and PNG; ``run_and_report`` is ``rlbisect run``
+- pure, no git and no I/O: ``search`` (candidates, git's choice, k-ary picks), ``bayes`` (the
+  posterior for a predicate that lies), ``stats`` (the seed-spread rule of short runs),
+  ``diagnose`` (what moved between the culprit and its parent), ``strategies`` (what to probe
+  next and when the evidence is enough)
+- ``driver``: the one loop (git, cache, executor, interruption, cleanup); ``options``: its
+  documented configuration; ``report``: the result as text, JSON and markdown
+- ``predicates``: what decides good/bad/skip (command, invariants, short-run, replay), by name
+- ``cache`` (verdicts by tree and predicate in ``.git/rlbisect/``), ``executors`` (local
+  threads or Ray tasks)
 """
 
-from rlbisect.bisect.predicates import (CommandPredicate, Predicate, PredicateError, PredicateSpec,
-                                        Probe, known_predicates, make_predicate,
-                                        register_predicate, run_command)
-from rlbisect.bisect import invariant_probe, replay_predicate, shortrun  # noqa: F401  (register predicates)
-from rlbisect.bisect.repo import BisectInputError, RepoError
-from rlbisect.bisect.runner import BisectInterrupted, BisectResult, ProbeRecord, run_bisect
+import importlib
 
-__all__ = ["BisectInputError", "BisectInterrupted", "BisectResult", "CommandPredicate",
-           "Predicate", "PredicateError", "PredicateSpec", "Probe", "ProbeRecord", "RepoError",
-           "known_predicates", "make_predicate", "register_predicate", "run_bisect", "run_command"]
+# name -> module: imported on first use, so `rlbisect --help` and a cached re-run do not pay
+# for numpy, GitPython and every predicate
+_EXPORTS = {"bisect": "driver", "make_strategy": "strategies", "BisectOptions": "options",
+            "BisectResult": "report", "ProbeRecord": "report", "Progress": "report",
+            "Predicate": "predicates", "PredicateError": "predicates", "Probe": "predicates",
+            "known_predicates": "predicates", "make_predicate": "predicates",
+            "register_predicate": "predicates"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlbisect.bisect' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"rlbisect.bisect.{_EXPORTS[name]}"), name)

@@ -1,35 +1,37 @@
-"""Bisection with a predicate that lies sometimes: a posterior over the culprit.
+"""Bisection with a predicate that fails at random: where does its failure rate step up?
 
-Pure: no git, no I/O. Commits are positions on a line, ``0`` = GOOD (known good), ``n`` = BAD
-(known bad), ``1..n-1`` the commits between, oldest first. (On a history with merges the caller
-passes the first-parent chain, so that "after the culprit" is a line.)
+Pure: no git, no I/O. Positions ``0..n`` are the commits oldest first, ``0`` = GOOD and ``n`` =
+BAD as the user marked them (the caller passes the first-parent chain, so "after" is a line).
+Every position can be run, the endpoints too: the user's marks are a prior, not evidence.
 
-Model. The culprit ``k`` (the first bad commit) is one of ``1..n``; commit ``i`` is truly bad
-iff ``i >= k``. Each run of the predicate reports the truth, except that it flips it with a
-probability ``eps`` that is the same for every run and every commit and is *not known*: the
-posterior is over ``(k, eps)`` with ``eps`` on a grid over ``[0, 0.45]`` (a predicate that is
-wrong half the time says nothing), and the culprit's posterior is the marginal over ``eps``.
-The prior on ``eps`` (:func:`eps_prior`) favours small rates, with some mass exactly at 0 so a
-deterministic predicate is not charged for noise it does not have. A skip is no information.
+Model. The culprit ``k`` is one of ``0..n+1``; a run at position ``i`` fails with probability
+``f0`` if ``i < k`` and ``f1`` if ``i >= k``, every run independent. ``k`` in ``1..n``: commit
+``k`` is the first bad one; ``k = 0``: GOOD already behaves like the bad side; ``k = n + 1``: even
+BAD behaves like the good side. Both rates are unknown: the posterior is over ``(k, f0, f1)`` on a
+grid and the culprit's posterior is its marginal. A skip is no information; the commit is barred.
 
-Choice of probe: the commit whose next run has the largest expected information gain about
-``k`` (:meth:`FlakySearch.information_gain`). For this symmetric model the gain is a constant
-plus the binary entropy of the predicted verdict, so the rule is "probe where the predicted
-verdict is closest to a coin flip", i.e. the posterior median (Horstein's probabilistic
-bisection); with no flips so far it is ordinary binary search. Repeating a commit is allowed
-and happens when it is the most informative probe (typically the two commits either side of a
-likely culprit). Ties go to the lower position, so the search is a function of its observations.
+Prior. ``k``: :data:`END_PRIOR` each for ``0`` and ``n + 1``, the rest even over ``1..n`` (or
+``culprit_prior``). ``(f0, f1)``: :func:`~rlbisect.bisect.bayes_fit.rate_prior`, a mixture of a
+clean predicate, symmetric flips and every other pair with ``f1 - f0 >= 0.35``: symmetric noise,
+noise on one side only and a rise from 0.05 to 0.5 are points of one grid, not different code.
 
-Stop (:meth:`FlakySearch.decide`): ``found`` when the top culprit's posterior reaches the
-confidence; ``skipped`` when a run of skipped commits can no longer be split (git's "only
-skipped commits left"); ``unknown`` when the run budget is spent.
+Choice. The position whose next run tells most about ``k``: ``H2(z_i) - sum_k P(k) H2(m_ik)``
+bits, ``m_ik`` the predicted failure rate of a run at ``i`` if the culprit is ``k`` (exact mutual
+information). Repeats happen when they are the most informative run; ties go to the lower position.
 
-The confidence is a posterior probability under this prior, so it is exact on average over
-the prior, not for every flip rate: the prior's lean towards small rates buys short bisects
-of reliable predicates at the price of some overconfidence for very noisy ones. Measured on
-64-commit histories (``benchmarks/bench_flaky.py``, 400 bisects per rate, confidence 0.95):
-rate 0: 100% right, 8.8 runs; 0.05: 99.5%, 11.5; 0.1: 98.2%, 15.0; 0.2: 93.2% (5.8% wrong,
-the rest unsure), 27.2 runs.
+Stop (:meth:`FlakySearch.decide`): ``found`` (``good_fails`` for ``k = 0``, ``no_regression`` for
+``k = n + 1``) once the top posterior reaches :func:`needed`, ``1 - (1 - confidence) / MARGIN``
+(0.9958 for 0.95): a prior that lets clean predicates finish fast is overconfident for the rises
+it finds less likely (stopping at 0.95 named a wrong commit in 20% of simulated 0.2 -> 0.6
+bisects). ``skipped``: a run of skipped commits can no longer be split; ``unknown``: the budget
+is spent.
+
+Fit (:mod:`rlbisect.bisect.bayes_fit`). Before any answer, a posterior predictive check: does one
+step explain the runs, or does a side hold a second step (a band, two regressions, a drift) or fail
+at a rate the model does not allow? Below :data:`FIT_ALPHA` the answer is ``misfit``, no culprit;
+every 16 runs a stricter check ends early a search that will never fit.
+
+Measured against git-bayesect on the same histories: ``benchmarks/bench_flaky.py``, README.
 """
 
 from __future__ import annotations
@@ -40,187 +42,161 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-Verdict = Literal["good", "bad", "skip"]
-#: Flip rates the posterior ranges over: 0 to 0.45 in steps of 0.01.
-EPS_GRID = np.round(np.linspace(0.0, 0.45, 46), 6)
-#: Prior probability that the predicate never lies (eps == 0 exactly).
-P_EXACT = 0.4
-#: Shape of the prior over eps > 0: density proportional to (1 - eps) ** EPS_SHAPE.
-EPS_SHAPE = 4.0
+from rlbisect.bisect.bayes_fit import (AFTER_GRID, BEFORE_GRID, describe_misfit, entropy_bits,
+                                       fit_pvalue, grid_loglik, rate_prior, summary)
+from rlbisect.bisect.search import Verdict
 
-
-def eps_prior(grid: Sequence[float] = EPS_GRID, p_exact: float = P_EXACT,
-              shape: float = EPS_SHAPE) -> np.ndarray:
-    """Prior weights over ``grid``: ``p_exact`` at 0, the rest ~ Beta(1, shape+1) on the grid."""
-    g = np.asarray(grid, dtype=float)
-    w = (1.0 - g) ** shape
-    w[g == 0] = 0.0
-    w = (1.0 - p_exact) * w / w.sum() if w.sum() > 0 else w
-    w[g == 0] = p_exact if (g == 0).any() else 0.0
-    return w / w.sum()
-
-
-def _entropy(p: np.ndarray) -> float:
-    p = p[p > 0]
-    return float(-(p * np.log2(p)).sum())
-
-
-def _h2(z: np.ndarray) -> np.ndarray:
-    """Binary entropy in bits, elementwise, with 0 log 0 = 0."""
-    z = np.clip(z, 0.0, 1.0)
-    out = np.zeros_like(z)
-    inner = (z > 0) & (z < 1)
-    zi = z[inner]
-    out[inner] = -(zi * np.log2(zi) + (1 - zi) * np.log2(1 - zi))
-    return out
+END_PRIOR = 0.02        #: prior of k = 0 and of k = n + 1 each
+MARGIN = 12.0           #: stop at posterior 1 - (1 - confidence) / MARGIN
+FIT_ALPHA = 0.01        #: misfit below this posterior predictive p-value
+FIT_ALPHA_EARLY, FIT_EVERY = 0.001, 16   #: the stricter check every 16 runs, from run 32 on
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do next. ``status``: probe (run ``probe``), found, skipped or unknown."""
+    """What to do next. ``p``: the posterior of ``first_bad``, of the ``candidates`` together, of
+    k = n + 1 (no_regression) or of k = 0 (good_fails); for misfit, the fit check's p-value."""
 
-    status: Literal["probe", "found", "skipped", "unknown"]
-    probe: int | None = None            # position to run next (status "probe")
-    first_bad: int | None = None        # the culprit (status "found")
-    candidates: tuple[int, ...] = ()    # "skipped": the inseparable run; "unknown": credible set
-    p: float = 0.0                      # posterior of first_bad, or of the candidates together
+    status: Literal["probe", "found", "skipped", "unknown", "no_regression", "good_fails",
+                    "misfit"]
+    probe: int | None = None            # position 0..n to run next (status "probe")
+    first_bad: int | None = None        # status "found": the culprit, 1..n
+    candidates: tuple[int, ...] = ()    # "skipped": inseparable run; "unknown": credible set
+    p: float = 0.0
+    message: str = ""                   # misfit: what does not fit, in one line
 
 
 class FlakySearch:
-    """Posterior over the culprit among positions ``1..n`` given noisy good/bad runs.
+    """Posterior over the culprit ``k`` in ``0..n+1`` given noisy runs at positions ``0..n``.
 
-    ``culprit_prior`` (length ``n``, for positions ``1..n``) defaults to uniform; ``eps_grid``
-    and ``eps_weights`` set the flip-rate prior (default :data:`EPS_GRID`, :func:`eps_prior`).
+    ``culprit_prior`` (length ``n``, positions ``1..n``) defaults to uniform; ``before_grid``,
+    ``after_grid`` and ``rate_weights`` replace the rate prior (:func:`rate_prior`).
     """
 
     def __init__(self, n: int, culprit_prior: Sequence[float] | None = None,
-                 eps_grid: Sequence[float] | None = None,
-                 eps_weights: Sequence[float] | None = None):
+                 before_grid: Sequence[float] | None = None,
+                 after_grid: Sequence[float] | None = None,
+                 rate_weights: np.ndarray | None = None, end_prior: float = END_PRIOR):
         if n < 1:
             raise ValueError("need at least one commit after GOOD (n >= 1)")
         self.n = n
-        self.grid = np.asarray(EPS_GRID if eps_grid is None else eps_grid, dtype=float)
-        if self.grid.min() < 0 or self.grid.max() >= 0.5:
-            raise ValueError("flip rates must lie in [0, 0.5)")
-        w = eps_prior(self.grid) if eps_weights is None else np.asarray(eps_weights, float)
-        prior = np.ones(n) if culprit_prior is None else np.asarray(culprit_prior, float)
-        if len(prior) != n or len(w) != len(self.grid) or (prior < 0).any() or (w < 0).any():
-            raise ValueError("prior lengths must match n and the eps grid; weights >= 0")
+        self.before, self.after = (np.asarray(d if g is None else g, float) for g, d in
+                                   ((before_grid, BEFORE_GRID), (after_grid, AFTER_GRID)))
+        if not all(0 <= g.min() and g.max() <= 1 for g in (self.before, self.after)):
+            raise ValueError("failure rates must lie in [0, 1]")
+        w = np.asarray(rate_prior(self.before, self.after) if rate_weights is None
+                       else rate_weights, float)
+        prior = np.asarray(np.ones(n) if culprit_prior is None else culprit_prior, float)
+        if len(prior) != n or w.shape != (len(self.before), len(self.after)) \
+                or (prior < 0).any() or (w < 0).any() or not 0 <= end_prior < 0.5:
+            raise ValueError("prior lengths must match n and the rate grids; weights >= 0")
         with np.errstate(divide="ignore"):
-            self._log_prior = np.log(prior / prior.sum())[:, None] + np.log(w / w.sum())[None, :]
-            self._log_eps, self._log_1m = np.log(self.grid), np.log1p(-self.grid)
-        self.goods = np.zeros(n + 1, dtype=int)   # runs that said good, per position 0..n
-        self.bads = np.zeros(n + 1, dtype=int)
+            self._log_pk = np.log(np.concatenate(
+                [[end_prior], (1 - 2 * end_prior) * prior / prior.sum(), [end_prior]]))
+        self.weights = w / w.sum()
+        # runs per position 0..n by verdict
+        self.goods, self.bads, self.skips = (np.zeros(n + 1, dtype=int) for _ in range(3))
         self.skipped: set[int] = set()
         self.history: list[tuple[int, Verdict]] = []
-        self._joint: np.ndarray | None = None
-
-    # -- evidence ---------------------------------------------------------------------------
+        self._cache: dict = {}
 
     def observe(self, position: int, verdict: Verdict) -> None:
-        """Add one run's verdict at ``position`` (0..n). A skip only bars the commit from
-        further probes (like git, an untestable commit is not tried again)."""
+        """Add one run's verdict at ``position`` (0..n). A skip bars the commit from further
+        runs (like git, an untestable commit is not tried again)."""
         if not 0 <= position <= self.n:
             raise ValueError(f"position {position} outside 0..{self.n}")
-        if verdict == "good":
-            self.goods[position] += 1
-        elif verdict == "bad":
-            self.bads[position] += 1
-        elif verdict == "skip":
-            self.skipped.add(position)
-        else:
+        if verdict not in ("good", "bad", "skip"):
             raise ValueError(f"verdict must be good, bad or skip, not {verdict!r}")
+        {"good": self.goods, "bad": self.bads, "skip": self.skips}[verdict][position] += 1
+        if verdict == "skip":
+            self.skipped.add(position)
         self.history.append((position, verdict))
-        self._joint = None
+        self._cache = {}
 
     @property
-    def n_obs(self) -> int:
-        """Every observation so far, skips included."""
+    def n_obs(self) -> int:   # every observation so far, skips included
         return len(self.history)
 
-    def _errors(self) -> np.ndarray:
-        """errors[k-1] = runs that disagree with culprit k: bad before k, good at/after k."""
-        bad_before = np.cumsum(self.bads)[:-1]                 # positions 0..k-1
-        good_from = np.cumsum(self.goods[::-1])[::-1][1:]      # positions k..n
-        return bad_before + good_from
+    def _update(self) -> dict:
+        if not self._cache:
+            cb, cg = (np.concatenate([[0], np.cumsum(x)]) for x in (self.bads, self.goods))
+            l0 = grid_loglik(cb, cg, self.before)                        # [k, f0]: positions < k
+            l1 = grid_loglik(cb[-1] - cb, cg[-1] - cg, self.after)       # [k, f1]: positions >= k
+            m0, m1 = (np.nan_to_num(x.max(axis=1), neginf=0.0) for x in (l0, l1))
+            e0, e1 = np.exp(l0 - m0[:, None]), np.exp(l1 - m1[:, None])
+            cond = e0[:, :, None] * self.weights[None] * e1[:, None, :]  # [k, f0, f1]
+            ev = cond.sum(axis=(1, 2))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                logp = self._log_pk + np.log(ev) + m0 + m1
+                cond = np.where(ev[:, None, None] > 0, cond / ev[:, None, None], 0.0)
+            post = np.exp(logp - logp.max())
+            post /= post.sum()
+            self._cache = {"post": post, "cond": cond,
+                           "f0": cond.sum(axis=2) @ self.before,   # E[f0 | k]
+                           "f1": cond.sum(axis=1) @ self.after}    # E[f1 | k]
+        return self._cache
+
+    def culprit_posterior(self) -> np.ndarray:   # P(culprit = k) for k = 0..n+1
+        return self._update()["post"]
 
     def joint(self) -> np.ndarray:
-        """Posterior P(k, eps), shape (n, len(grid)); row ``k-1`` is culprit ``k``."""
-        if self._joint is None:
-            e = self._errors()[:, None].astype(float)
-            total = float(self.goods.sum() + self.bads.sum())
-            # 0 * log(0) must be 0 (no error is possible at eps = 0), not nan
-            with np.errstate(invalid="ignore"):
-                ll = np.where(e > 0, e * self._log_eps, 0.0) + \
-                    np.where(total - e > 0, (total - e) * self._log_1m, 0.0)
-            logp = self._log_prior + ll
-            logp -= logp.max()
-            p = np.exp(logp)
-            self._joint = p / p.sum()
-        return self._joint
-
-    def culprit_posterior(self) -> np.ndarray:
-        """P(culprit = k) for k = 0..n (entry 0, GOOD, is always 0)."""
-        return np.concatenate([[0.0], self.joint().sum(axis=1)])
-
-    def eps_posterior(self) -> np.ndarray:
-        """P(eps = grid[j] | runs so far)."""
-        return self.joint().sum(axis=0)
+        """P(k, f0, f1), shape ``(n + 2, len(before_grid), len(after_grid))``."""
+        c = self._update()
+        return c["post"][:, None, None] * c["cond"]
 
     def p_bad(self) -> np.ndarray:
-        """P(commit i is truly bad) = P(culprit <= i), for i = 0..n."""
-        return np.minimum(np.cumsum(self.culprit_posterior()), 1.0)
+        """P(position i is on the bad side) = P(culprit <= i), for i = 0..n."""
+        return np.minimum(np.cumsum(self.culprit_posterior())[:-1], 1.0)
 
-    # -- choice -----------------------------------------------------------------------------
+    def rates(self) -> dict:
+        """Posterior mean and 90% interval of the failure rate before and after the culprit."""
+        j = self.joint()
+        return {"before": summary(self.before, j.sum(axis=(0, 2))),
+                "after": summary(self.after, j.sum(axis=(0, 1)))}
+
+    def runs_per_position(self) -> dict[int, dict[str, int]]:
+        """``{position: {"good": g, "bad": b, "skip": s}}`` for every position with a run."""
+        return {i: {"good": int(g), "bad": int(b), "skip": int(s)} for i, (g, b, s) in
+                enumerate(zip(self.goods, self.bads, self.skips)) if g + b + s}
 
     def information_gain(self) -> np.ndarray:
-        """Expected bits learned about the culprit from one more run at each position 0..n.
-
-        With a_k = sum_eps P(k, eps) eps and b_k = P(k) - a_k, a run at i says bad with
-        probability z_i = sum_{k<=i} b_k + sum_{k>i} a_k, and the gain is
-        H2(z_i) - sum_k P(k) H2(a_k / P(k)) (exact; derivation in the module docstring).
-        Untestable positions (GOOD, BAD, skipped commits) get 0.
-        """
-        joint = self.joint()
-        pk = joint.sum(axis=1)
-        a = joint @ self.grid
-        b = pk - a
-        z = np.cumsum(b) + (a.sum() - np.cumsum(a))              # i = 1..n
-        with np.errstate(invalid="ignore", divide="ignore"):
-            noise = float((pk * _h2(np.where(pk > 0, a / pk, 0.0))).sum())
-        gain = np.concatenate([[0.0], np.maximum(_h2(z) - noise, 0.0)])
-        gain[self.n] = 0.0
+        """Expected bits learned about the culprit from one more run at each position 0..n
+        (0 for skipped positions)."""
+        c = self._update()
+        p, a, b, n = c["post"], c["f0"], c["f1"], self.n
+        # a run at i is on the bad side exactly for the culprits k <= i
+        z = np.cumsum(p * b)[:n + 1] + (p @ a - np.cumsum(p * a)[:n + 1])
+        hb, ha = entropy_bits(b), entropy_bits(a)
+        noise = np.cumsum(p * hb)[:n + 1] + (p @ ha - np.cumsum(p * ha)[:n + 1])
+        gain = np.maximum(entropy_bits(z) - noise, 0.0)
         gain[sorted(self.skipped)] = 0.0
         return gain
 
     def next_probe(self) -> int | None:
-        """The most informative position to run next (lowest on ties), None if none is left."""
-        testable = [i for i in range(1, self.n) if i not in self.skipped]
+        """The most informative position to run next (lowest on ties), or None."""
+        testable = [i for i in range(self.n + 1) if i not in self.skipped]
         if not testable:
             return None
         gain = self.information_gain()
         best = max(gain[i] for i in testable)
         return next(i for i in testable if gain[i] >= best - 1e-12)
 
-    # -- stopping ---------------------------------------------------------------------------
-
     def blocks(self) -> list[tuple[int, ...]]:
-        """Culprits that no further run can tell apart: runs of positions cut only after a
-        testable commit (a run at i separates culprit i from i + 1)."""
+        """Culprits no further run can tell apart: a run at position i separates k = i from
+        k = i + 1, so a skipped position glues its two culprits together."""
         out, cur = [], []
-        for k in range(1, self.n + 1):
+        for k in range(self.n + 2):
             cur.append(k)
-            if k == self.n or k not in self.skipped:
+            if k > self.n or k not in self.skipped:
                 out.append(tuple(cur))
                 cur = []
         return out
 
     def credible_set(self, confidence: float) -> tuple[int, ...]:
-        """Fewest culprits whose posterior adds up to ``confidence`` (oldest first)."""
+        """Fewest culprits (0..n+1) whose posterior adds up to ``confidence``, oldest first."""
         post = self.culprit_posterior()
-        order = sorted(range(1, self.n + 1), key=lambda k: (-post[k], k))
         chosen, mass = [], 0.0
-        for k in order:
+        for k in sorted(range(self.n + 2), key=lambda k: (-post[k], k)):
             chosen.append(k)
             mass += post[k]
             if mass >= confidence - 1e-12:
@@ -228,48 +204,82 @@ class FlakySearch:
         return tuple(sorted(chosen))
 
     def top(self, count: int = 10) -> list[tuple[int, float]]:
-        """The ``count`` likeliest culprits with their posterior, likeliest first."""
+        """The likeliest culprits (0..n+1) with their posterior."""
         post = self.culprit_posterior()
-        order = sorted(range(1, self.n + 1), key=lambda k: (-post[k], k))
+        order = sorted(range(self.n + 2), key=lambda k: (-post[k], k))
         return [(k, float(post[k])) for k in order[:count]]
+
+    def fit(self) -> float:
+        """Posterior predictive p-value that one step explains the runs (:mod:`bayes_fit`)."""
+        if "fit" not in self._cache:
+            self._update()["fit"] = fit_pvalue(self.goods, self.bads, self.joint(),
+                                               self.before, self.after)
+        return self._cache["fit"]
+
+    def _answer(self, k: int, p: float) -> Decision:
+        """A named answer, unless the runs do not fit one step (then misfit, no culprit)."""
+        if (fit := self.fit()) < FIT_ALPHA:
+            return self._misfit(fit, FIT_ALPHA)
+        if k == 0:
+            return Decision("good_fails", p=p)
+        if k == self.n + 1:
+            return Decision("no_regression", p=p)
+        return Decision("found", first_bad=k, candidates=(k,), p=p)
+
+    def _misfit(self, p: float, alpha: float) -> Decision:
+        k = int(np.argmax(self.culprit_posterior()))
+        return Decision("misfit", p=p, message=(
+            f"the runs do not fit one step up in the failure rate (fit p={p:.4f} < {alpha}): "
+            + describe_misfit(self.goods, self.bads, k)))
 
     def decide(self, confidence: float = 0.95, max_runs: int | None = None,
                runs: int | None = None) -> Decision:
-        """Stop (found / skipped / unknown) or name the next probe. ``runs`` counts against
-        ``max_runs`` (default: every observation so far)."""
+        """Stop (found / no_regression / good_fails / misfit / skipped / unknown) or name the
+        next probe. ``runs`` counts against ``max_runs`` (default: every observation so far)."""
         if not 0.5 < confidence < 1:
             raise ValueError("confidence must be between 0.5 and 1 (exclusive)")
-        post = self.culprit_posterior()
+        post, n, need = self.culprit_posterior(), self.n, needed(confidence)
         best = int(np.argmax(post))  # argmax returns the first maximum: lowest on ties
-        if post[best] >= confidence:
-            return Decision("found", first_bad=best, candidates=(best,), p=float(post[best]))
+        if post[best] >= need:
+            return self._answer(best, float(post[best]))
         mass = {blk: float(post[list(blk)].sum()) for blk in self.blocks()}
         blk = max(mass, key=lambda b: (mass[b], -b[0]))
         nxt = self.next_probe()
         # with nothing testable left, every culprit is one block of mass 1
-        if nxt is None or (len(blk) > 1 and mass[blk] >= confidence):
-            return Decision("skipped", candidates=blk, p=mass[blk])
-        if max_runs is not None and (self.n_obs if runs is None else runs) >= max_runs:
-            cs = self.credible_set(confidence)
-            return Decision("unknown", candidates=cs, p=float(post[list(cs)].sum()))
+        if nxt is None or (len(blk) > 1 and mass[blk] >= need):
+            return Decision("skipped", candidates=tuple(k for k in blk if 1 <= k <= n),
+                            p=mass[blk])
+        used = self.n_obs if runs is None else runs
+        spent = max_runs is not None and used >= max_runs
+        # a strict check now and then ends early a search whose runs will never fit
+        periodic = self.n_obs >= 2 * FIT_EVERY and self.n_obs % FIT_EVERY == 0
+        if (spent or periodic) and (p := self.fit()) < (FIT_ALPHA if spent else FIT_ALPHA_EARLY):
+            return self._misfit(p, FIT_ALPHA if spent else FIT_ALPHA_EARLY)
+        if spent:
+            inner = tuple(k for k in self.credible_set(confidence) if 1 <= k <= n)
+            return Decision("unknown", candidates=inner, p=float(post[list(inner)].sum()))
         return Decision("probe", probe=nxt)
 
     def sure_marks(self, confidence: float) -> tuple[int | None, int | None]:
-        """(latest position good with posterior >= confidence, earliest bad with posterior >=
-        confidence); None where no commit between GOOD and BAD qualifies."""
+        """(latest position surely good, earliest surely bad) among 0..n, or None each."""
         pb = self.p_bad()
-        goods = [i for i in range(1, self.n) if 1 - pb[i] >= confidence - 1e-12]
-        bads = [i for i in range(1, self.n) if pb[i] >= confidence - 1e-12]
+        goods = [i for i in range(self.n + 1) if 1 - pb[i] >= confidence - 1e-12]
+        bads = [i for i in range(self.n + 1) if pb[i] >= confidence - 1e-12]
         return (goods[-1] if goods else None), (bads[0] if bads else None)
 
 
+def needed(confidence: float) -> float:
+    """The posterior at which a culprit (or no_regression, good_fails) is named."""
+    return 1 - (1 - confidence) / MARGIN
+
+
 def default_max_runs(n: int) -> int:
-    """Run budget when the user sets none: generous enough for flip rates up to ~0.25."""
-    return max(20, 12 * math.ceil(math.log2(n + 1)))
+    """Run budget when the user sets none: about the 99th percentile of a rise from 0.2 to 0.6."""
+    return max(80, 40 * math.ceil(math.log2(n + 2)))
 
 
 @dataclass
-class Outcome:
+class SimulatedSearch:
     """A simulated search: its decision and the positions run, in order."""
 
     decision: Decision
@@ -277,7 +287,7 @@ class Outcome:
 
 
 def simulate(n: int, oracle: Callable[[int], Verdict], confidence: float = 0.95,
-             max_runs: int | None = None, **kwargs) -> Outcome:
+             max_runs: int | None = None, **kwargs) -> SimulatedSearch:
     """Run a whole search against ``oracle`` (position -> verdict); extra args go to
     :class:`FlakySearch`. ``max_runs`` defaults to :func:`default_max_runs`."""
     search = FlakySearch(n, **kwargs)
@@ -287,4 +297,4 @@ def simulate(n: int, oracle: Callable[[int], Verdict], confidence: float = 0.95,
         assert d.probe is not None
         runs.append(d.probe)
         search.observe(d.probe, oracle(d.probe))
-    return Outcome(d, runs)
+    return SimulatedSearch(d, runs)

@@ -11,6 +11,10 @@ so a person can read which command produced a line. The last line for a key wins
 Not cached: probes the predicate marked ``cacheable=False`` (our own timeouts, checkout
 failures, interruptions: a retry may succeed) and aborts. A command's exit 125 is cached: the
 command itself said the tree is untestable.
+
+A noisy predicate (``--flaky``) never recalls a verdict: each run is a fresh sample. Its runs are
+appended under a separate identity (:func:`flaky_identity`), so a deterministic bisect never takes
+one as the tree's truth, and a later ``--flaky`` bisect starts from all of them (:meth:`runs`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ from rlbisect.bisect.predicates import Probe
 
 CACHE_DIR = "rlbisect"
 CACHE_FILE = "cache.jsonl"
+
+
+def flaky_identity(identity: str) -> str:
+    """Cache identity of a predicate's ``--flaky`` runs, apart from its deterministic verdicts."""
+    return json.dumps({"kind": "flaky", "predicate": identity})
 
 
 def predicate_key(identity: str) -> str:
@@ -95,6 +104,21 @@ class ProbeCache:
             return False
         self._load()[(tree, row["predicate"])] = row
         return True
+
+    def runs(self, identity: str, trees: set[str]) -> list[dict]:
+        """Every row recorded under ``identity`` for ``trees``, oldest first (not only the last)."""
+        if not self.enabled or not self.path.exists():
+            return []
+        key, rows = predicate_key(identity), []
+        for line in self.path.read_text(errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                if row["predicate"] == key and row["tree"] in trees and \
+                        row["verdict"] in ("good", "bad", "skip"):
+                    rows.append(row)
+            except (ValueError, KeyError, TypeError):
+                continue   # a torn last line of a killed run
+        return rows
 
     def _give_up(self, error: OSError) -> None:
         print(f"rlbisect: cache disabled, cannot use {self.path}: {error.strerror}",

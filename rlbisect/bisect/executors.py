@@ -1,7 +1,7 @@
 """Executors: where a bisect's probes run, several at once.
 
-    from rlbisect.bisect.executors import Checkout, make_executor
-    ex = make_executor("ray", jobs=4, ray_address="auto", ray_gpus=1)   # or "local"
+    from rlbisect.bisect.executors import Checkout, RayExecutor
+    ex = RayExecutor(jobs=4, address="auto", num_gpus=1)      # or LocalExecutor(jobs=4)
     ex.open()
     future = ex.submit(commit, Checkout(repo="/src/trainer", local=...), predicate, timeout=600)
     probe = future.result()           # a Probe; our own failures are skips, never bad
@@ -13,9 +13,9 @@ probe's process group, its timeout and the reaction to :data:`~rlbisect.bisect.p
 
 :class:`RayExecutor` makes each probe a Ray task that can ask for GPUs. The task materializes
 the commit *on its node*, in a node-local temporary directory removed when the task ends: a
-``git clone --shared`` of the repository path when the node sees it (a shared filesystem; the
-user's repository is only read), or a ``git clone`` of ``--clone-url`` (the commit must be
-pushed there). The predicate object travels with the task (cloudpickle) and rlbisect must be
+private repository borrowing the objects of the repository path when the node sees it (a shared
+filesystem; the user's repository is only read, see :mod:`rlbisect.sandbox`), or a ``git clone``
+of ``--clone-url`` (the commit must be pushed there). The predicate object travels with the task (cloudpickle) and rlbisect must be
 installed on the nodes. Marks still go into git on the driver. ``ray`` is imported only here,
 only for ``--executor ray``.
 """
@@ -27,7 +27,6 @@ from abc import ABC, abstractmethod
 import dataclasses
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -37,14 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rlbisect.bisect import repo as gitrepo
-from rlbisect.bisect.predicates import KILL_GRACE, STOP, Predicate, Probe
+from rlbisect.bisect.predicates import STOP, Predicate, Probe
+from rlbisect.bisect.predicates.command import KILL_GRACE
+from rlbisect.errors import GitError, InputError
+from rlbisect.sandbox import node_checkout
 
 EXECUTORS = ("local", "ray")
 RAY_HINT = "pip install 'rlbisect[ray]'"
 
 
-class ExecutorError(gitrepo.BisectInputError):
+class ExecutorError(InputError):
     """The executor cannot be used as asked (exit 2, one line; nothing changed)."""
 
 
@@ -52,9 +53,9 @@ class ExecutorError(gitrepo.BisectInputError):
 class Checkout:
     """Where a probe gets its commit's files.
 
-    ``local`` materializes the commit on this machine (a slot worktree of the bisect session);
-    ``repo`` (a path the nodes may see) and ``clone_url`` are what a remote node uses. ``good``
-    is GOOD's id, for predicates that compare against GOOD (see ``predicates.bind``).
+    ``local`` materializes the commit on this machine (a slot of the run's sandbox); ``repo`` (a
+    path the nodes may see) and ``clone_url`` are what a remote node uses. ``good`` is GOOD's
+    id, for predicates that compare against GOOD (their ``setup(good, checkout)``).
     """
 
     repo: str
@@ -78,7 +79,7 @@ class NodeOnly:
 def _safe_probe(work: Callable[[], Probe]) -> Probe:
     try:
         return work()
-    except (gitrepo.RepoError, OSError) as e:
+    except (GitError, OSError) as e:
         return Probe("skip", reason=f"checkout failed: {e}", cacheable=False)
     except Exception as e:  # a crash in the probe machinery is never evidence of a bad commit
         return Probe("skip", reason=f"probe crashed: {type(e).__name__}: {e}", cacheable=False)
@@ -246,54 +247,27 @@ class RayExecutor(Executor):
             self._owned = False
 
 
-def make_executor(name: str, jobs: int = 1, *, ray_address: str | None = None,
-                  ray_gpus: float = 0.0, clone_url: str | None = None) -> Executor:
-    """The executor the user asked for; raises :class:`ExecutorError` (exit 2) for bad options."""
-    if name not in EXECUTORS:
-        raise ExecutorError(f"unknown executor {name!r} (known: {', '.join(EXECUTORS)})")
-    if jobs < 1:
-        raise ExecutorError(f"--jobs must be at least 1, not {jobs}")
-    if name == "local":
-        given = [opt for opt, v in (("--ray-address", ray_address), ("--ray-gpus", ray_gpus),
-                                    ("--clone-url", clone_url)) if v]
-        if given:
-            raise ExecutorError(f"{given[0]} needs --executor ray")
-        return LocalExecutor(jobs)
-    if ray_gpus < 0:
-        raise ExecutorError(f"--ray-gpus must be >= 0, not {ray_gpus:g}")
-    return RayExecutor(jobs, ray_address, ray_gpus, clone_url)
+def make_executor(options) -> Executor:
+    """The executor a :class:`~rlbisect.bisect.options.BisectOptions` asks for (options are
+    validated there); :class:`ExecutorError` (exit 2) when Ray is missing."""
+    if options.executor == "local":
+        return LocalExecutor(options.jobs)
+    return RayExecutor(options.jobs, options.ray_address, options.ray_gpus, options.clone_url)
 
 
 # ---- on the Ray node ----------------------------------------------------------------------
 
-def _clone(spec: dict, commit: str, dest: Path) -> Path:
-    """``commit``'s files in ``dest``: a shared clone of the repository path when this node sees
-    it (objects read in place, nothing written there), else a clone of the clone URL."""
-    source = spec.get("clone_url")
-    if not source:
-        if not Path(spec["repo"]).exists():
-            raise gitrepo.RepoError(f"{spec['repo']} is not visible on node "
-                                    f"{socket.gethostname()}: give --clone-url")
-        source = spec["repo"]
-    shared = [] if spec.get("clone_url") else ["--shared"]
-    gitrepo._git_ok(dest.parent, "clone", "-q", "--no-checkout", *shared, source, str(dest))
-    status, _, err = gitrepo.git_run(dest, "checkout", "-q", "--detach", commit)
-    if status != 0:
-        hint = " (is it pushed to --clone-url?)" if spec.get("clone_url") else ""
-        raise gitrepo.RepoError(f"no commit {commit[:12]} in {source}{hint}")
-    return dest
-
-
 def _probe_on_node(commit: str, spec: dict, predicate: Predicate, timeout: float | None) -> dict:
     """The Ray task: check out, probe, clean up; returns the Probe as a plain dict."""
     STOP.clear()   # a reused worker process may still hold the flag of a cancelled task
-    tmp = Path(tempfile.mkdtemp(prefix="rlbisect-node-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"rlbisect-{os.getpid()}-node-"))
     box: list[Probe] = []
 
     def work() -> Probe:
-        worktree = _clone(spec, commit, tmp / "probe")
+        worktree = node_checkout(spec["repo"], spec.get("clone_url"), commit, tmp / "probe")
         if spec.get("good") and getattr(predicate, "setup", None) is not None:
-            predicate.setup(spec["good"], lambda: _clone(spec, spec["good"], tmp / "good"))
+            predicate.setup(spec["good"], lambda: node_checkout(
+                spec["repo"], spec.get("clone_url"), spec["good"], tmp / "good"))
         return predicate.probe(worktree, commit, timeout)
 
     # The probe runs in a thread so that Ray's cancel (a KeyboardInterrupt in this thread)

@@ -1,254 +1,216 @@
-"""The bisect report: text lines as probes finish, JSON, markdown and a PNG timeline.
+"""What a bisect found out: one result type for every strategy, as text, JSON and markdown.
 
-JSON (``--json FILE``) keys: ``good``, ``bad``, ``first_bad`` (null unless found),
-``candidates``, ``n_probes``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
-plus ``reason``, ``cached``, ``subject``, ``tree``, ``overhead``), ``bisect_log``, and
-``status``, ``exit_code``, ``message``, ``predicate``, ``first_parent``, ``diagnosis`` (after a
-find: the first bad commit's values against its parent's, biggest movers first). Commits are full ids.
-With ``--flaky`` also ``posterior`` (top candidates: ``commit``, ``p``), ``n_runs``, ``outcome``,
-``confidence``, ``max_runs``, ``flip_rate`` (see :mod:`rlbisect.bisect.flaky`).
+JSON keys (``rlbisect run --json FILE``): ``good``, ``bad``, ``status``, ``exit_code``, ``message``,
+``first_bad`` (null unless found), ``candidates``, ``strategy``, ``predicate``, ``first_parent``,
+``n_probes``, ``n_rounds``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
+``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role``, ``output``: the
+tail of the predicate's output), ``bisect_log`` (replay it with ``git bisect replay``),
+``diagnosis`` (after a find: the first bad commit's values against its parent's, biggest movers
+first) and, with ``--flaky``, ``posterior``, ``rates``, ``runs_per_commit``, ``n_runs``,
+``outcome``, ``confidence``, ``max_runs``. Commits are full ids.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
+from rlbisect import errors
 from rlbisect.bisect.diagnose import render as render_diagnosis
-from rlbisect.bisect.runner import BisectResult, ProbeRecord
+from rlbisect.repo import CommitInfo
 
-VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#9e9e9e", "abort": "#6a1b9a"}
+#: status -> exit code (see rlbisect.errors)
+EXIT_CODES = {"found": errors.FOUND, "ambiguous": errors.NO_ANSWER, "unsure": errors.NO_ANSWER,
+              "aborted": errors.ABORTED, "bad_passes": errors.BAD_PASSES,
+              "good_fails": errors.GOOD_FAILS}
+
+
+@dataclass
+class ProbeRecord:
+    """One run of the predicate: what the report shows and the JSON lists."""
+
+    order: int                  # 1 for the first probe
+    commit: str
+    verdict: str                # good | bad | skip | abort
+    seconds: float              # the predicate's own time (as recorded, when cached)
+    values: dict[str, float]
+    reason: str
+    cached: bool
+    subject: str
+    tree: str
+    overhead: float             # rlbisect's time for this probe: checkout, marks, cache
+    output: str = ""            # tail of the predicate's output
+    round: int = 0              # the round it ran in (several probes share one with --jobs)
+    role: str = ""              # "GOOD" / "BAD" when an endpoint was checked, else ""
+
+
+@dataclass
+class BisectResult:
+    """Everything a run found out; ``exit_code`` is what ``rlbisect run`` exits with."""
+
+    good: str
+    bad: str
+    predicate: str = ""
+    strategy: str = "git"
+    first_parent: bool = False
+    status: str = "interrupted"   # found ambiguous unsure aborted bad_passes good_fails interrupted
+    first_bad: str | None = None
+    candidates: list[str] = field(default_factory=list)
+    probes: list[ProbeRecord] = field(default_factory=list)
+    bisect_log: str = ""
+    message: str = ""
+    signum: int | None = None
+    commits: dict[str, CommitInfo] = field(default_factory=dict)
+    history: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    setup_seconds: float = 0.0
+    total_seconds: float = 0.0
+    rounds: int = 0
+    diagnosis: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)   # the strategy's own (posterior, ...)
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "interrupted":
+            return 128 + (self.signum or 2)
+        return EXIT_CODES[self.status]
+
+    def subject(self, sha: str) -> str:
+        c = self.commits.get(sha)
+        return c.subject if c else ""
+
+    # -- JSON -------------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return {
+            "good": self.good, "bad": self.bad, "status": self.status,
+            "exit_code": self.exit_code, "message": self.message,
+            "first_bad": self.first_bad if self.status == "found" else None,
+            "candidates": self.candidates, "strategy": self.strategy,
+            "predicate": self.predicate, "first_parent": self.first_parent,
+            "n_probes": len(self.probes), "n_rounds": self.rounds,
+            "probes": [{"commit": p.commit, "verdict": p.verdict, "seconds": round(p.seconds, 4),
+                        "values": p.values, "reason": p.reason, "cached": p.cached,
+                        "subject": p.subject, "tree": p.tree, "overhead": round(p.overhead, 4),
+                        "round": p.round, "role": p.role, "output": p.output}
+                       for p in self.probes],
+            "bisect_log": self.bisect_log, "diagnosis": self.diagnosis, **self.extra,
+        }
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def _commit_lines(self, sha: str) -> list[str]:
+        c = self.commits.get(sha)
+        return [f"    {c.subject}", f"    author: {c.author}  date: {c.date}"] if c else []
+
+    def summary(self) -> str:
+        """What was found, as git would say it, then the evidence and the cost."""
+        lines: list[str] = []
+        post = {row["commit"]: row["p"] for row in self.extra.get("posterior", [])}
+        if self.status == "found" and self.first_bad:
+            lines.append(f"{self.first_bad} is the first bad commit"
+                         + (f" ({self.message})" if self.message else ""))
+            lines += self._commit_lines(self.first_bad)
+        elif self.status in ("bad_passes", "good_fails"):
+            lines.append(f"no culprit: {self.message}")
+            role = "BAD" if self.status == "bad_passes" else "GOOD"
+            probe = next((p for p in self.probes if p.role == role), None)
+            if probe is not None:
+                lines.append(f"  {role} {probe.commit[:10]}: {probe.verdict} ({probe.reason})")
+                lines += [f"    {k} = {v:.4g}" for k, v in list(probe.values.items())[:12]]
+                if probe.output:
+                    lines += ["  its output (last lines):"] + [f"    | {ln}" for ln in
+                                                                probe.output.splitlines()]
+        else:
+            head = {"ambiguous": "There are only 'skip'ped commits left to test.\n"
+                                 "The first bad commit could be any of:"}.get(
+                self.status, f"{self.message}\nThe first bad commit is still one of:")
+            if self.status == "ambiguous" and self.message:
+                head = f"{self.message}\n{head}"
+            if post and self.status != "ambiguous":
+                head = f"{self.message}\nposterior of the likeliest first bad commits:"
+            if self.candidates or self.status != "aborted":
+                lines.append(head)
+            shown = sorted(self.candidates, key=lambda s: -post.get(s, 0.0)) if post else \
+                self.candidates
+            shown = shown if self.status == "ambiguous" else shown[:10]
+            for sha in shown:
+                p = f"{post[sha]:.3f}  " if sha in post else ""
+                lines.append(f"{p}{sha}  {self.subject(sha)}".rstrip())
+            if len(shown) < len(self.candidates):
+                lines.append(f"... and {len(self.candidates) - len(shown)} more")
+        rates = self.extra.get("rates")
+        if rates and self.probes:
+            lines.append("failure rate before the culprit {before}, after it {after}".format(
+                **{side: f"{r['mean']:.2f} (90% in {r['p05']:.2f}..{r['p95']:.2f})"
+                   for side, r in rates.items()}))
+        if self.diagnosis.get("rows"):
+            lines.append(render_diagnosis(self.diagnosis))
+        cached = sum(p.cached for p in self.probes)
+        if "n_runs" in self.extra:   # --flaky: runs, and those recorded by earlier bisects
+            lines.append(f"{self.extra['n_runs']} predicate runs"
+                         + (f" (+{cached} recorded)" if cached else "")
+                         + f" in {self.total_seconds:.1f}s")
+        else:
+            rounds = f" in {self.rounds} rounds" if self.strategy == "k-ary" else ""
+            lines.append(f"{len(self.probes)} probes ({cached} cached){rounds} in "
+                         f"{self.total_seconds:.1f}s")
+        return "\n".join(lines)
+
+    def markdown(self, plot: Path | None = None) -> str:
+        """A markdown report: result, every probe (with its output), the replayable log."""
+        out = [f"# rlbisect: {self.good[:10]}..{self.bad[:10]}", "",
+               f"- status: **{self.status}** (exit {self.exit_code})",
+               f"- predicate: `{self.predicate}`", f"- search: {self.strategy}",
+               f"- first parent only: {'yes' if self.first_parent else 'no'}", ""]
+        if self.status == "found" and self.first_bad:
+            out += [f"## First bad commit: `{self.first_bad}`", ""]
+            out += [ln.strip() for ln in self._commit_lines(self.first_bad)] + [""]
+        elif self.candidates:
+            out += ["## Candidates (the first bad commit is one of these)", ""]
+            out += [f"- `{s}` {self.subject(s)}" for s in self.candidates] + [""]
+        if self.message:
+            out += [f"> {self.message}", ""]
+        if self.extra.get("posterior"):
+            out += ["## Posterior of the first bad commit (--flaky)", ""]
+            out += [f"- `{r['commit']}` {r['p']:.3f}" for r in self.extra["posterior"]] + [""]
+        if plot is not None:
+            out += [f"![bisect timeline]({plot.name})", ""]
+        out += ["## Probes", "", "| # | commit | verdict | seconds | values | reason | subject |",
+                "|---|---|---|---|---|---|---|"]
+        for p in self.probes:
+            vals = ", ".join(f"{k}={v:g}" for k, v in p.values.items())
+            reason = (f"{p.role}: " if p.role else "") + p.reason + (" (cached)" if p.cached else "")
+            out.append(f"| {p.order} | `{p.commit[:10]}` | {p.verdict} | {p.seconds:.2f} | {vals} "
+                       f"| {reason.replace('|', '/')} | {p.subject.replace('|', '/')} |")
+        failing = [p for p in self.probes if p.output and p.verdict != "good"]
+        if failing:
+            out += ["", "## Predicate output of the probes that did not pass", ""]
+            for p in failing:
+                out += [f"### [{p.order}] `{p.commit[:10]}` {p.verdict}", "", "```", p.output, "```", ""]
+        if self.diagnosis.get("rows"):
+            out += ["", "## Diagnose: first bad commit vs its parent", "", "```",
+                    render_diagnosis(self.diagnosis), "```"]
+        out += ["", "## git bisect log", "", "Replay with `git bisect replay FILE`.", "", "```",
+                self.bisect_log.rstrip(), "```", ""]
+        return "\n".join(out)
+
+
+class Progress:
+    """What the driver tells its caller as it goes; the default says nothing."""
+
+    def status(self, text: str) -> None:
+        """A line describing what runs now."""
+
+    def probe(self, record: ProbeRecord) -> None:
+        """A probe finished (or was recalled from the cache)."""
 
 
 def probe_line(rec: ProbeRecord) -> str:
     """One line per probe: order, short sha, verdict, seconds, subject, reason."""
-    extra = [rec.reason] if rec.reason else []
+    extra = ([f"{rec.role}"] if rec.role else []) + ([rec.reason] if rec.reason else [])
     if rec.cached:
         extra.append("cached")
     tail = f"  ({'; '.join(extra)})" if extra else ""
     return (f"[{rec.order}] {rec.commit[:10]}  {rec.verdict:<5} {rec.seconds:7.2f}s  "
             f"{rec.subject}{tail}")
-
-
-def summary(result: BisectResult) -> str:
-    """What was found, as git would say it, plus the probe count."""
-    if getattr(result, "posterior", None) is not None:  # --flaky: the posterior says it
-        from rlbisect.bisect.flaky import summary as flaky_summary
-        return flaky_summary(result)  # type: ignore[arg-type]
-    lines = []
-    n_cached = sum(p.cached for p in result.probes)
-    if result.status == "found" and result.first_bad:
-        c = result.commits.get(result.first_bad)
-        lines.append(f"{result.first_bad} is the first bad commit")
-        if c:
-            lines += [f"    {c.subject}", f"    author: {c.author}  date: {c.date}"]
-    elif result.candidates and result.status in ("ambiguous", "aborted", "interrupted"):
-        head = {"ambiguous": "There are only 'skip'ped commits left to test.\n"
-                             "The first bad commit could be any of:",
-                "aborted": f"{result.message}\nThe first bad commit is still one of:",
-                "interrupted": f"{result.message}\nThe first bad commit is still one of:"}
-        lines.append(head[result.status])
-        # git lists every candidate of a skip-only ending; a stopped run may have thousands
-        shown = result.candidates if result.status == "ambiguous" else result.candidates[:10]
-        for sha in shown:
-            c = result.commits.get(sha)
-            lines.append(f"{sha}  {c.subject if c else ''}".rstrip())
-        if len(shown) < len(result.candidates):
-            lines.append(f"... and {len(result.candidates) - len(shown)} more")
-    if result.diagnosis.get("rows"):
-        lines.append(render_diagnosis(result.diagnosis))
-    lines.append(f"{len(result.probes)} probes ({n_cached} cached) in {result.total_seconds:.1f}s")
-    return "\n".join(lines)
-
-
-def to_json(result: BisectResult) -> dict:
-    """The JSON document of a result (see the module docstring for the keys)."""
-    return {
-        "good": result.good, "bad": result.bad,
-        "first_bad": result.first_bad if result.status == "found" else None,
-        "candidates": result.candidates, "n_probes": len(result.probes),
-        "probes": [{"commit": p.commit, "verdict": p.verdict, "seconds": round(p.seconds, 4),
-                    "values": p.values, "reason": p.reason, "cached": p.cached,
-                    "subject": p.subject, "tree": p.tree, "overhead": round(p.overhead, 4)}
-                   for p in result.probes],
-        "bisect_log": result.bisect_log, "status": result.status,
-        "exit_code": result.exit_code, "message": result.message,
-        "predicate": result.predicate, "first_parent": result.first_parent,
-        "diagnosis": result.diagnosis,
-        **(result.json_extra() if hasattr(result, "json_extra") else {}),  # --flaky: posterior
-    }
-
-
-def write_json(result: BisectResult, path: Path) -> None:
-    """Write :func:`to_json` to ``path``."""
-    path.write_text(json.dumps(to_json(result), indent=2) + "\n")
-
-
-def to_markdown(result: BisectResult, plot: Path | None = None) -> str:
-    """A markdown report: result, every probe, candidates, the replayable bisect log."""
-    out = [f"# rlbisect: {result.good[:10]}..{result.bad[:10]}", "",
-           f"- status: **{result.status}** (exit {result.exit_code})",
-           f"- predicate: `{result.predicate}`",
-           f"- first parent only: {'yes' if result.first_parent else 'no'}", ""]
-    if result.status == "found" and result.first_bad:
-        c = result.commits.get(result.first_bad)
-        out += [f"## First bad commit: `{result.first_bad}`", ""]
-        if c:
-            out += [f"{c.subject}", "", f"Author: {c.author}, {c.date}", ""]
-    elif result.candidates:
-        out += ["## Candidates (the first bad commit is one of these)", ""]
-        out += [f"- `{s}` {result.commits[s].subject if s in result.commits else ''}"
-                for s in result.candidates] + [""]
-    if result.message:
-        out += [f"> {result.message}", ""]
-    if getattr(result, "posterior", None):
-        out += ["## Posterior of the first bad commit (--flaky)", ""]
-        out += [f"- `{r['commit']}` {r['p']:.3f}" for r in result.posterior] + [""]
-    if plot is not None:
-        out += [f"![bisect timeline]({plot.name})", ""]
-    out += ["## Probes", "", "| # | commit | verdict | seconds | values | reason | subject |",
-            "|---|---|---|---|---|---|---|"]
-    for p in result.probes:
-        vals = ", ".join(f"{k}={v:g}" for k, v in p.values.items())
-        reason = p.reason + (" (cached)" if p.cached else "")
-        out.append(f"| {p.order} | `{p.commit[:10]}` | {p.verdict} | {p.seconds:.2f} | {vals} "
-                   f"| {reason} | {p.subject.replace('|', '/')} |")
-    if result.diagnosis.get("rows"):
-        out += ["", "## Diagnose: first bad commit vs its parent", "", "```", render_diagnosis(result.diagnosis), "```"]
-    out += ["", "## git bisect log", "", "Replay with `git bisect replay FILE`.", "", "```",
-            result.bisect_log.rstrip(), "```", ""]
-    return "\n".join(out)
-
-
-def write_plot(result: BisectResult, path: Path) -> None:
-    """PNG timeline: commits in history order along x, probe order along y, coloured by verdict."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    order = [sha for sha, _ in result.history] or [result.good, result.bad]
-    pos = {sha: i for i, sha in enumerate(order)}
-    fig, ax = plt.subplots(figsize=(max(6.0, min(16.0, 0.25 * len(order) + 4)), 3.5))
-    ax.scatter(range(len(order)), [0] * len(order), s=8, color="#bdbdbd", zorder=1)
-    ax.scatter([pos[result.good]], [0], marker="s", s=60, color=VERDICT_COLOURS["good"], zorder=3)
-    ax.scatter([pos[result.bad]], [0], marker="s", s=60, color=VERDICT_COLOURS["bad"], zorder=3)
-    xs = [pos.get(p.commit, 0) for p in result.probes]
-    ys = [p.order for p in result.probes]
-    ax.plot(xs, ys, color="#757575", lw=0.8, zorder=1)
-    for p, x, y in zip(result.probes, xs, ys):
-        ax.scatter([x], [y], s=70, color=VERDICT_COLOURS.get(p.verdict, "k"), zorder=3,
-                   edgecolors="black" if p.cached else "none")
-        ax.annotate(f"{p.order}: {p.commit[:7]}", (x, y), textcoords="offset points",
-                    xytext=(6, 4), fontsize=7)
-    if result.first_bad in pos:
-        ax.axvline(pos[result.first_bad], color=VERDICT_COLOURS["bad"], ls="--", lw=1.5)
-        ax.annotate(f"first bad {result.first_bad[:7]}", (pos[result.first_bad], len(ys) + 0.5),
-                    color=VERDICT_COLOURS["bad"], fontsize=8, ha="center")
-    elif result.candidates:
-        cx = [pos[c] for c in result.candidates if c in pos]
-        if cx:
-            ax.axvspan(min(cx) - 0.5, max(cx) + 0.5, color="#ffcc80", alpha=0.4, zorder=0)
-    ax.set_xlabel("commits, oldest (GOOD) to newest (BAD)")
-    ax.set_ylabel("probe order")
-    ax.set_ylim(-0.7, len(ys) + 1.2)
-    ax.set_xlim(-1, len(order))
-    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v)
-               for v, c in VERDICT_COLOURS.items() if v != "abort"]
-    ax.legend(handles=handles, loc="upper left", fontsize=7, frameon=False)
-    ax.set_title(f"bisect: {result.status}, {len(ys)} probes", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-@contextmanager
-def live_progress(enabled: bool = True) -> Iterator[tuple]:
-    """Yield ``(on_status, on_probe)`` callbacks: a rich spinner on stderr, probe lines on stdout.
-
-    When stdout and stderr are the same terminal the probe lines go through the spinner's
-    console so the two do not garble each other; otherwise they are plain stdout lines.
-    """
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    if not (enabled and console.is_terminal):
-        yield (lambda text: None), (lambda rec: print(probe_line(rec), flush=True))
-        return
-    same_tty = sys.stdout.isatty()
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=console, transient=True, redirect_stdout=False,
-                        redirect_stderr=False)
-    task = progress.add_task("starting the bisect", total=None)
-
-    def on_probe(rec: ProbeRecord) -> None:
-        if same_tty:
-            progress.console.print(probe_line(rec), markup=False, highlight=False)
-        else:
-            print(probe_line(rec), flush=True)
-
-    with progress:
-        yield (lambda text: progress.update(task, description=text)), on_probe
-
-
-def run_and_report(range_spec: str, command: list[str], *, repo: Path = Path("."),
-                   predicate: str | None = None, first_parent: bool = False,
-                   jobs: int = 1, executor: str = "local", ray_address: str | None = None,
-                   ray_gpus: float = 0.0, clone_url: str | None = None,
-                   timeout: float | None = None, json_path: Path | None = None,
-                   report_path: Path | None = None, plot_path: Path | None = None,
-                   use_cache: bool = True, options: dict[str, str] | None = None,
-                   flaky: bool = False, confidence: float = 0.95,
-                   max_runs: int | None = None) -> int:
-    """What ``rlbisect run`` does: bisect, print, write the requested files, return the exit code.
-
-    With ``flaky`` the search is :func:`rlbisect.bisect.flaky.run_flaky` (``confidence``,
-    ``max_runs``); exit 3 then also means "not sure within the run budget".
-    With ``jobs`` > 1 or ``executor`` "ray" it is :func:`rlbisect.bisect.parallel.run_parallel`.
-
-    Exit codes: 0 first bad commit found; 3 only skipped candidates left; 2 bad input
-    (nothing changed); 4 the predicate aborted; 1 an unexpected git failure; 128+N on signal N.
-    """
-    from rlbisect.bisect.predicates import PredicateError, make_predicate
-    from rlbisect.bisect.repo import BisectInputError, RepoError
-    from rlbisect.bisect.runner import BisectInterrupted, run_bisect
-
-    def fail(msg: str, code: int) -> int:
-        print(f"rlbisect run: {msg}", file=sys.stderr)
-        return code
-
-    if timeout is not None and timeout <= 0:
-        return fail("--timeout must be a positive number of seconds", 2)
-    try:
-        pred = make_predicate(predicate, command, **(options or {}))
-        bisect = run_bisect   # or the parallel or the flaky search, chosen below
-        if jobs > 1 or executor != "local" or ray_address or ray_gpus or clone_url:
-            if flaky:
-                return fail("--flaky runs one probe at a time: drop --jobs/--executor", 2)
-            from rlbisect.bisect.parallel import parallel_runner
-            bisect = parallel_runner(jobs, executor, ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url)
-        with live_progress() as (on_status, on_probe):
-            if flaky:
-                from functools import partial
-
-                from rlbisect.bisect.flaky import run_flaky
-                bisect = partial(run_flaky, confidence=confidence, max_runs=max_runs)
-            result = bisect(repo, range_spec, pred, first_parent=first_parent,
-                                timeout=timeout, use_cache=use_cache, on_probe=on_probe,
-                                on_status=on_status)
-    except (PredicateError, BisectInputError) as e:
-        return fail(str(e), 2)
-    except RepoError as e:
-        return fail(str(e), 1)
-    except BisectInterrupted as e:
-        result = e.result
-    for path, write in ((json_path, write_json), (plot_path, write_plot)):
-        if path is not None:
-            write(result, path)
-    if report_path is not None:
-        report_path.write_text(to_markdown(result, plot_path))
-    print(summary(result))
-    return result.exit_code

@@ -192,7 +192,7 @@ class BisectState:
 
 
 @dataclass
-class Outcome:
+class SimulatedBisect:
     """Result of :func:`simulate`: the first bad commit (None if ambiguous), candidates, probes."""
 
     first_bad: str | None
@@ -202,7 +202,7 @@ class Outcome:
 
 
 def simulate(parents: Parents, good: Iterable[str], bad: str, oracle: Callable[[str], Verdict],
-             k: int = 1, first_parent: bool = False) -> Outcome:
+             k: int = 1, first_parent: bool = False) -> SimulatedBisect:
     """Run a whole bisection against ``oracle`` (commit -> verdict), ``k`` probes per round."""
     state = BisectState(parents, set(good), bad, first_parent)
     probes: list[str] = []
@@ -217,4 +217,4 @@ def simulate(parents: Parents, good: Iterable[str], bad: str, oracle: Callable[[
         for c in sorted(batch, key=lambda c: verdicts[c] != "good"):
             if c in state.candidates():
                 state.mark(c, verdicts[c])
-    return Outcome(state.first_bad, state.candidates(), probes, rounds)
+    return SimulatedBisect(state.first_bad, state.candidates(), probes, rounds)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Direction = Literal["lower", "higher", "change"]   # which change is a regression
-Verdict = Literal["good", "bad", "unknown"]
+Judgement = Literal["good", "bad", "unknown"]   # unknown: add seeds (at the cap: skip)
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -93,7 +93,7 @@ class Rule:
         """Seed counts at each look: k0, k0 + step, ..., max_seeds."""
         return [min(self.k0 + i * self.step, self.max_seeds) for i in range(self.looks)]
 
-    def decide(self, good: list[float], probe: list[float], direction: Direction) -> tuple[Verdict, float]:
+    def decide(self, good: list[float], probe: list[float], direction: Direction) -> tuple[Judgement, float]:
         """(verdict, p) at one look; "unknown" asks for more seeds (at the cap: give up)."""
         p = welch_p(good, probe, direction)
         if p < self.alpha / self.looks:

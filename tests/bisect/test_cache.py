@@ -128,3 +128,18 @@ def test_an_unwritable_cache_is_disabled_not_fatal(tmp_path, capsys):
     cache = ProbeCache(blocker / "cache.jsonl")
     assert not cache.put("t", "c", "id", Probe("good"))
     assert not cache.enabled and "cache disabled" in capsys.readouterr().err
+
+
+def test_an_edited_predicate_script_is_run_again_not_recalled(tiny_repo, run_cli, tmp_path):
+    r = tiny_repo(["good"] * 3 + ["bad"] * 6)
+    counter = tmp_path / "runs"
+    script = tmp_path / "check.sh"     # outside the repository: no commit's tree holds it
+    script.write_text(f'echo x >> {counter}; test "$(cat state)" = good\n')
+    first = run_cli(["main~8..main", "--repo", str(r.path), "--", "sh", str(script)])[2]
+    assert first["first_bad"] == r.shas[3] and runs(counter) == first["n_probes"]
+    again = run_cli(["main~8..main", "--repo", str(r.path), "--", "sh", str(script)])[2]
+    assert all(p["cached"] for p in again["probes"]) and runs(counter) == first["n_probes"]
+    script.write_text(f'echo x >> {counter}; test "$(cat state)" != bad\n')   # same verdicts, new script
+    edited = run_cli(["main~8..main", "--repo", str(r.path), "--", "sh", str(script)])[2]
+    assert not any(p["cached"] for p in edited["probes"])
+    assert runs(counter) == first["n_probes"] + edited["n_probes"]

@@ -17,9 +17,7 @@ import pytest
 
 from helpers import live_members, monotone_states, random_dag
 
-from rlbisect.bisect import make_predicate, run_bisect
-from rlbisect.bisect.parallel import run_parallel
-from rlbisect.bisect.predicates import Probe
+from rlbisect.bisect import BisectOptions, Probe, bisect, make_predicate
 
 SEED = 20250611
 _SHA = r"[0-9a-f]{40}"
@@ -78,9 +76,17 @@ def replay(repo: Path, log: str, tmp: Path) -> tuple[str | None, set[str]]:
     return None, set(re.findall(rf"^({_SHA})$", body, re.M))
 
 
+def rounds_of(result) -> list[list[str]]:
+    """The commits each executed round probed (recalled verdicts take no round)."""
+    rounds: dict[int, list[str]] = {}
+    for p in result.probes:
+        if not p.cached:
+            rounds.setdefault(p.round, []).append(p.commit)
+    return list(rounds.values())
+
+
 def assert_clean(r, before: dict, pid: int) -> None:
     assert r.snapshot() == before
-    assert r.git("worktree", "list").count("\n") == 1
     assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{pid}-*"))
 
 
@@ -118,14 +124,16 @@ def test_rounds_are_about_log_j_plus_1_of_n(tiny_repo, state_cmd, culprit):
     r = tiny_repo(["good"] * culprit + ["bad"] * (65 - culprit), dirty=False)  # 64 after GOOD
     pred = make_predicate(command=state_cmd)
     spec = f"{r.shas[0]}..{r.shas[-1]}"
-    seq = run_bisect(r.path, spec, pred, use_cache=False)
-    assert seq.first_bad == r.shas[culprit] and len(seq.probes) == 6   # log2 64
+    seq = bisect(r.path, spec, pred, BisectOptions(use_cache=False))
+    # log2 64 = 6 probes; one more when every probe said bad (culprit 1): the answer rests on
+    # GOOD, which is then probed too
+    endpoint = int(culprit == 1)
+    assert seq.first_bad == r.shas[culprit] and len(seq.probes) == 6 + endpoint
     for jobs, most in ((2, 4), (3, 3)):   # ceil(log3 64) = 4, ceil(log4 64) = 3
-        rounds: list[list[str]] = []
-        res = run_parallel(r.path, spec, pred, jobs=jobs, use_cache=False,
-                           on_round=lambda n, picks: rounds.append(picks))
-        assert res.first_bad == seq.first_bad
-        assert len(rounds) <= most and all(len(p) <= jobs for p in rounds)
+        res = bisect(r.path, spec, pred, BisectOptions(jobs=jobs, use_cache=False))
+        rounds = rounds_of(res)
+        assert res.first_bad == seq.first_bad and res.rounds == len(rounds)
+        assert len(rounds) <= most + endpoint and all(len(p) <= jobs for p in rounds)
         assert sum(map(len, rounds)) == len(res.probes)
 
 
@@ -133,15 +141,14 @@ def test_cached_commits_take_no_slot(tiny_repo, state_cmd):
     r = tiny_repo(["good"] * 9 + ["bad"] * 23)
     pred = make_predicate(command=state_cmd)
     spec = f"{r.shas[0]}..{r.shas[-1]}"
-    first = run_parallel(r.path, spec, pred, jobs=2)
-    rounds: list = []
-    again = run_parallel(r.path, spec, pred, jobs=3, on_round=lambda n, p: rounds.append(p))
+    first = bisect(r.path, spec, pred, BisectOptions(jobs=2))
+    again = bisect(r.path, spec, pred, BisectOptions(jobs=3))
     assert again.first_bad == first.first_bad == r.shas[9]
     # jobs 3 plans other commits than jobs 2: only those the cache lacks are run
     ran = [p.commit for p in again.probes if not p.cached]
-    assert sum(map(len, rounds)) == len(ran)
+    assert sum(map(len, rounds_of(again))) == len(ran)
     assert not set(ran) & {p.commit for p in first.probes}
-    third = run_parallel(r.path, spec, pred, jobs=3)
+    third = bisect(r.path, spec, pred, BisectOptions(jobs=3))
     assert third.first_bad == first.first_bad and all(p.cached for p in third.probes)
 
 
@@ -151,14 +158,14 @@ def test_contradictory_verdicts_keep_the_log_valid(tiny_repo, state_cmd, tmp_pat
     states, parents, _, first_parent = random_history(rng, noisy=True)
     r = tiny_repo(states, parents)
     before = r.snapshot()
-    res = run_parallel(r.path, f"{r.shas[0]}..{r.shas[-1]}", make_predicate(command=state_cmd),
-                       jobs=3, first_parent=first_parent, use_cache=False)
+    res = bisect(r.path, f"{r.shas[0]}..{r.shas[-1]}", make_predicate(command=state_cmd),
+                 BisectOptions(jobs=3, first_parent=first_parent, use_cache=False))
     assert res.status in ("found", "ambiguous")
     assert replay(r.path, res.bisect_log, tmp_path) == (
         res.first_bad if res.status == "found" else None, set(res.candidates))
     marked = set(re.findall(rf"^git bisect (?:good|bad|skip) ({_SHA})$", res.bisect_log, re.M))
-    for p in res.probes:   # every probe is either in git's log or says why it is not
-        assert p.commit in marked or "not marked" in p.reason
+    for p in res.probes:   # every probe is in git's log, says why it is not, or checked an endpoint
+        assert p.commit in marked or "not marked" in p.reason or p.role in ("GOOD", "BAD")
     assert_clean(r, before, os.getpid())
 
 
@@ -203,7 +210,7 @@ def test_good_is_checked_out_once_for_concurrent_probes(tiny_repo):
     r = tiny_repo(["good"] * 7 + ["bad"] * 9)
     before = r.snapshot()
     pred = GoodAware()
-    res = run_parallel(r.path, f"{r.shas[0]}..{r.shas[-1]}", pred, jobs=3, use_cache=False)
+    res = bisect(r.path, f"{r.shas[0]}..{r.shas[-1]}", pred, BisectOptions(jobs=3, use_cache=False))
     assert res.first_bad == r.shas[7], [(p.verdict, p.reason) for p in res.probes]
     assert len(set(pred.good_paths)) == 1 and len(pred.good_paths) == len(res.probes)
     assert_clean(r, before, os.getpid())
@@ -220,7 +227,7 @@ def test_missing_ray_is_one_line_and_exit_2(tiny_repo, run_cli, state_cmd, monke
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--executor", "slurm"], "unknown executor 'slurm' (known: local, ray)"),
+    (["--executor", "slurm"], "--executor: Input should be 'local' or 'ray'"),
     (["--ray-address", "auto"], "--ray-address needs --executor ray"),
     (["--jobs", "2", "--clone-url", "file:///x"], "--clone-url needs --executor ray"),
 ])
@@ -246,11 +253,13 @@ def test_a_signal_during_a_parallel_round_cleans_up(tiny_repo, tmp_path, sig, co
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 60
-    while len(list(pids.glob("[0-9]*"))) < 3:
+    def started() -> list[Path]:   # renamed into place only once written: never half a pid
+        return [p for p in pids.iterdir() if p.name.isdigit()]
+    while len(started()) < 3:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the three probes never started"
         time.sleep(0.05)
-    groups = [int(p.read_text()) for p in pids.glob("[0-9]*")]
+    groups = [int(p.read_text()) for p in started()]
     assert all(live_members(g) for g in groups)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)

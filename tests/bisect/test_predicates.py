@@ -1,45 +1,48 @@
-"""predicates.py: git's exit-code rule, timeouts, process groups, the registry."""
+"""Predicates: git's exit-code rule, timeouts, process groups, identities, the registry."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from rlbisect import __version__
+from rlbisect.bisect import BisectOptions, bisect
 from rlbisect.bisect import predicates as P
-from rlbisect.bisect.runner import run_bisect
+from rlbisect.bisect.predicates.command import CommandPredicate, run_command
 
 
 @pytest.mark.parametrize("code,verdict", [(0, "good"), (1, "bad"), (124, "bad"), (125, "skip"),
                                           (126, "bad"), (127, "bad"), (128, "abort"),
                                           (255, "abort")])
 def test_exit_codes_follow_git_bisect_run(tmp_path, code, verdict):
-    probe = P.CommandPredicate(["sh", "-c", f"exit {code}"]).probe(tmp_path, "c", None)
+    probe = CommandPredicate(["sh", "-c", f"exit {code}"]).probe(tmp_path, "c", None)
     assert probe.verdict == verdict and probe.values == {"exit_code": code}
     assert probe.cacheable
     assert probe.confirm_on_good == (code in (126, 127))
 
 
 def test_death_by_signal_aborts(tmp_path):
-    probe = P.CommandPredicate(["sh", "-c", "kill -9 $$"]).probe(tmp_path, "c", None)
+    probe = CommandPredicate(["sh", "-c", "kill -9 $$"]).probe(tmp_path, "c", None)
     assert probe.verdict == "abort" and probe.values["exit_code"] == 128 + 9
     assert "SIGKILL" in probe.reason
 
 
 def test_missing_or_non_executable_command_gets_the_shells_codes(tmp_path):
-    missing = P.CommandPredicate(["./no-such-script"]).probe(tmp_path, "c", None)
+    missing = CommandPredicate(["./no-such-script"]).probe(tmp_path, "c", None)
     assert missing.verdict == "bad" and missing.values["exit_code"] == 127
     script = tmp_path / "not-executable.sh"
     script.write_text("exit 0\n")
-    noexec = P.CommandPredicate([str(script)]).probe(tmp_path, "c", None)
+    noexec = CommandPredicate([str(script)]).probe(tmp_path, "c", None)
     assert noexec.values["exit_code"] == 126 and noexec.confirm_on_good
 
 
 def test_command_runs_in_the_worktree_with_our_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("RLBISECT_TEST_VAR", "hello")
-    probe = P.CommandPredicate(["sh", "-c", 'test "$RLBISECT_TEST_VAR" = hello && pwd']) \
+    probe = CommandPredicate(["sh", "-c", 'test "$RLBISECT_TEST_VAR" = hello && pwd']) \
         .probe(tmp_path, "c", None)
     assert probe.verdict == "good" and probe.output == str(tmp_path)
 
@@ -48,7 +51,7 @@ def test_timeout_is_a_skip_that_is_not_cached_and_kills_the_group(tmp_path):
     pidfile = tmp_path / "pid"
     cmd = ["sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"]
     t0 = time.perf_counter()
-    probe = P.CommandPredicate(cmd).probe(tmp_path, "c", 0.5)
+    probe = CommandPredicate(cmd).probe(tmp_path, "c", 0.5)
     assert time.perf_counter() - t0 < 5
     assert probe.verdict == "skip" and not probe.cacheable and "timed out" in probe.reason
     child = int(pidfile.read_text())
@@ -57,7 +60,7 @@ def test_timeout_is_a_skip_that_is_not_cached_and_kills_the_group(tmp_path):
 
 def test_background_processes_left_by_a_probe_are_killed(tmp_path):
     pidfile = tmp_path / "pid"
-    probe = P.CommandPredicate(["sh", "-c", f"sleep 30 & echo $! > {pidfile}"]).probe(
+    probe = CommandPredicate(["sh", "-c", f"sleep 30 & echo $! > {pidfile}"]).probe(
         tmp_path, "c", None)
     assert probe.verdict == "good"
     assert not _alive(int(pidfile.read_text()))
@@ -79,23 +82,30 @@ def _alive(pid: int, settle: float = 2.0) -> bool:
         time.sleep(0.02)
 
 
-def test_identity_names_kind_argv_and_version():
-    ident = json.loads(P.CommandPredicate(["make", "test"]).identity())
-    assert ident == {"kind": "command", "argv": ["make", "test"], "rlbisect": P.__version__}
-    assert P.CommandPredicate(["make", "test"]).identity() == P.CommandPredicate(
+def test_identity_names_kind_argv_files_and_version(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ident = json.loads(CommandPredicate(["no-such-tool-here", "test"]).identity())
+    assert ident == {"kind": "command", "argv": ["no-such-tool-here", "test"], "files": {},
+                     "rlbisect": __version__}
+    assert CommandPredicate(["make", "test"]).identity() == CommandPredicate(
         ["make", "test"]).identity()
-    assert P.CommandPredicate(["make"]).identity() != P.CommandPredicate(["make", "x"]).identity()
+    assert CommandPredicate(["make"]).identity() != CommandPredicate(["make", "x"]).identity()
 
 
 def test_make_predicate_rules():
-    assert isinstance(P.make_predicate(None, ["true"]), P.CommandPredicate)
-    assert isinstance(P.make_predicate("command", ["true"]), P.CommandPredicate)
+    assert isinstance(P.make_predicate(None, ["true"]), CommandPredicate)
+    assert isinstance(P.make_predicate("command", ["true"]), CommandPredicate)
     with pytest.raises(P.PredicateError, match="needs a command"):
         P.make_predicate("command")
     with pytest.raises(P.PredicateError, match=r"unknown predicate 'nope' \(known: .*command"):
         P.make_predicate("nope")
-    with pytest.raises(P.PredicateError, match="takes no options"):
-        P.make_predicate(None, ["true"], adapter="x:y")
+    with pytest.raises(P.PredicateError, match="takes no option --adapter"):
+        P.make_predicate(None, ["true"], options={"adapter": "x:y"})
+    with pytest.raises(P.PredicateError, match="takes no option --metric.*--adapter"):
+        P.make_predicate("invariants", options={"metric": "reward"})
+    with pytest.raises(P.PredicateError, match="--steps"):
+        P.make_predicate("short-run", options={"steps": 0})
+    assert P.make_predicate("short-run", options={"steps": 4, "metric": None}).options.steps == 4
 
 
 def test_default_predicate_when_unregistered_is_a_clear_error(monkeypatch):
@@ -116,7 +126,7 @@ class FileContainsPredicate:
         return json.dumps({"kind": "contains", "word": self.word})
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> P.Probe:
-        r = P.run_command(["grep", "-qx", self.word, "state"], worktree, timeout)
+        r = run_command(["grep", "-qx", self.word, "state"], worktree, timeout)
         return P.Probe("bad" if r.returncode == 0 else "good", {"found": float(r.returncode == 0)},
                        seconds=r.seconds)
 
@@ -124,17 +134,32 @@ class FileContainsPredicate:
 def test_a_registered_predicate_plugs_into_the_bisect(tiny_repo, monkeypatch):
     monkeypatch.setattr(P, "_REGISTRY", dict(P._REGISTRY))
     monkeypatch.setattr(P, "DEFAULT_PREDICATE", P.DEFAULT_PREDICATE)
-    P.register_predicate("contains", FileContainsPredicate, "state file holds WORD", default=True)
+    P.register_predicate("contains", FileContainsPredicate, help="state file holds WORD",
+                         default=True, takes="arg")
     assert "contains" in P.known_predicates()
     r = tiny_repo(["ok", "ok", "ok", "broken", "broken"])
-    result = run_bisect(r.path, "main~4..main", P.make_predicate(name="contains:broken"),
-                        use_cache=False)
+    result = bisect(r.path, "main~4..main", P.make_predicate(name="contains:broken"),
+                    BisectOptions(use_cache=False))
     assert result.status == "found" and result.first_bad == r.shas[3]
     assert all("found" in p.values for p in result.probes)
     assert isinstance(P.make_predicate(), FileContainsPredicate)  # it is the default now
 
 
 def test_run_command_reports_stdout_for_json_predicates(tmp_path):
-    r = P.run_command(["python", "-c", "import json; print(json.dumps({'x': 1}))"], tmp_path)
+    r = run_command([sys.executable, "-c", "import json; print(json.dumps({'x': 1}))"], tmp_path)
     assert r.returncode == 0 and json.loads(r.stdout) == {"x": 1}
     assert not r.timed_out and not r.interrupted and r.seconds > 0
+
+
+def test_identity_follows_the_content_of_the_files_the_command_names(tmp_path, monkeypatch):
+    """An edited predicate script is a different predicate: its cached verdicts must not return."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "check.sh"
+    script.write_text("exit 0\n")
+    before = CommandPredicate(["sh", str(script)]).identity()
+    relative = json.loads(CommandPredicate(["sh", "check.sh"]).identity())["files"]["check.sh"]
+    assert relative == json.loads(before)["files"][str(script)]   # relative to where you run it
+    script.write_text("exit 1\n")
+    assert CommandPredicate(["sh", str(script)]).identity() != before
+    # the executable itself counts too (found on PATH)
+    assert "sh" in json.loads(before)["files"]

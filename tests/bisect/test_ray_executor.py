@@ -22,6 +22,7 @@ import pytest
 from helpers import live_members
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
 
 #: The state-file predicate, also noting where it ran: a Ray task runs it in a node-local clone.
 STATE = ["sh", "-c", 'pwd >> "$RLB_WHERE"; '
@@ -41,7 +42,7 @@ def ray_head(tmp_path_factory):
     log = tmp_path_factory.mktemp("ray") / "head.log"
     # Ray's sessions, sockets and its "current cluster" file go here, not to /tmp/ray (a short
     # path: unix socket names are limited to 107 bytes)
-    temp_dir = tempfile.mkdtemp(prefix="rlb-ray-")
+    temp_dir = tempfile.mkdtemp(prefix="rlb-ray-", dir="/tmp")   # not the session's long TMPDIR
     with log.open("w") as out:
         head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts",  # the `ray` CLI
                                  "start", "--head", f"--port={port}",
@@ -83,7 +84,7 @@ def rlbisect(repo: Path, out: Path, *args: str, env: dict | None = None) -> tupl
 
 
 def node_dirs() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("rlbisect-node-*")}
+    return {p.name for p in Path(tempfile.gettempdir()).glob("rlbisect-*-node-*")}
 
 
 def test_ray_executor_names_what_the_local_executor_names(tiny_repo, tmp_path, ray_head):
@@ -98,7 +99,7 @@ def test_ray_executor_names_what_the_local_executor_names(tiny_repo, tmp_path, r
     remote, dirs = rlbisect(r.path, tmp_path / "ray.json", "--executor", "ray", "--jobs", "2",
                             "--ray-address", address, env=env)
     assert remote["first_bad"] == local["first_bad"] == r.shas[12]
-    assert len(dirs) == len(remote["probes"]) and all("rlbisect-node-" in d for d in dirs)
+    assert len(dirs) == len(remote["probes"]) and all("-node-" in d for d in dirs)
     assert remote["status"] == "found" and remote["bisect_log"].count("git bisect") > 1
     assert {p["verdict"] for p in remote["probes"]} <= {"good", "bad", "skip"}
     assert r.snapshot() == before and node_dirs() == leftovers
@@ -113,7 +114,7 @@ def test_ray_nodes_can_clone_a_url_instead(tiny_repo, tmp_path, ray_head):
     data, dirs = rlbisect(r.path, tmp_path / "ray.json", "--executor", "ray", "--jobs", "3",
                           "--ray-address", address, "--clone-url", bare.as_uri(), env=env)
     assert data["first_bad"] == r.shas[17] and len(data["probes"]) >= 3
-    assert all("rlbisect-node-" in d for d in dirs)
+    assert all("-node-" in d for d in dirs)
     assert r.snapshot() == before
 
 
@@ -148,7 +149,7 @@ def test_ctrl_c_during_a_ray_round_kills_the_probes_on_the_node(tiny_repo, tmp_p
 
 def test_more_gpus_than_a_local_instance_has_is_one_line_and_exit_2(tiny_repo):
     r = tiny_repo(["good", "bad"])
-    temp_root = tempfile.mkdtemp(prefix="rlb-ray-")   # the local instance's session files
+    temp_root = tempfile.mkdtemp(prefix="rlb-ray-", dir="/tmp")   # the local instance's session files
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_root}
     env.pop("RAY_ADDRESS", None)
     try:

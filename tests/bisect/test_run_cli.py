@@ -48,7 +48,11 @@ def test_only_skipped_commits_left_lists_every_candidate(tiny_repo, run_cli, sta
     (["main", "--", "true"], "expected GOOD..BAD"),
     (["main~3..main", "--predicate", "nope"], "unknown predicate 'nope' (known: command"),
     (["main~3..main", "--predicate", "command"], "needs a command"),
-    (["main~3..main", "--timeout", "0", "--", "true"], "--timeout must be"),
+    (["main~3..main", "--timeout", "0", "--", "true"], "--timeout: Input should be greater than 0"),
+    (["main~3..main", "--confidence", "0.9", "--", "true"], "--confidence needs --flaky"),
+    (["main~3..main", "--report", "/no/such/dir/x.md", "--", "true"], "folder /no/such/dir does not exist"),
+    (["main~3..main", "--plot", "/", "--", "true"], "is a directory"),
+    (["main~3..main", "--metric", "reward", "--", "true"], "the command predicate takes no option --metric"),
 ])
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(tiny_repo, run_cli, args, needle):
     r = tiny_repo(["good", "good", "bad", "bad"])
@@ -140,10 +144,12 @@ def test_the_captured_log_replays_to_the_same_result(tiny_repo, run_cli, state_c
     assert data["first_bad"] == r.shas[4]
 
 
-def test_range_of_one_commit_needs_no_probe(tiny_repo, run_cli, state_cmd):
+def test_range_of_one_commit_rests_on_both_endpoints_so_both_are_probed(tiny_repo, run_cli,
+                                                                        state_cmd):
     r = tiny_repo(["good", "bad"])
     rc, out, data = run_cli(["main~1..main", "--repo", str(r.path), "--", *state_cmd])
-    assert rc == 0 and data["first_bad"] == r.shas[1] and data["n_probes"] == 0
+    assert rc == 0 and data["first_bad"] == r.shas[1], out
+    assert [(p["role"], p["verdict"]) for p in data["probes"]] == [("GOOD", "good"), ("BAD", "bad")]
 
 
 def test_a_bisect_in_progress_in_the_users_worktree_is_left_alone(tiny_repo, run_cli, state_cmd):
@@ -162,3 +168,66 @@ def test_help_is_the_docstring_with_an_example():
     from rlbisect.cli import app
     out = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
     assert "Example: rlbisect run" in out and "--first-parent" in out and "125 skip" in out
+
+
+def test_a_range_where_every_commit_passes_names_no_culprit(tiny_repo, run_cli):
+    """`-- true` over healthy commits: git would blame BAD; rlbisect probes BAD and refuses."""
+    r = tiny_repo(["good"] * 6)
+    before = r.snapshot()
+    code, out, data = run_cli(["main~5..main", "--repo", str(r.path), "--", "true"])
+    assert code == 5 and data["status"] == "bad_passes" and data["first_bad"] is None, out
+    assert "is the first bad commit" not in out and "BAD passes the predicate" in out
+    assert data["probes"][-1]["role"] == "BAD" and data["probes"][-1]["verdict"] == "good"
+    searched = [p for p in data["probes"] if not p["role"]]
+    assert len(searched) <= 3 and data["n_probes"] == len(searched) + 1   # + BAD, which it rested on
+    assert r.snapshot() == before
+
+
+def test_a_predicate_broken_everywhere_is_shown_not_blamed_on_a_commit(tiny_repo, run_cli):
+    r = tiny_repo(["good", "good", "bad", "bad", "bad"])
+    cmd = ["sh", "-c", "echo 'ERROR: file or directory not found: tests/missing.py' >&2; exit 4"]
+    code, out, data = run_cli(["main~4..main", "--repo", str(r.path), "--", *cmd])
+    assert code == 6 and data["status"] == "good_fails" and data["first_bad"] is None, out
+    assert "GOOD fails the predicate, as every probe did" in out
+    assert "ERROR: file or directory not found: tests/missing.py" in out       # the terminal
+    assert all("tests/missing.py" in p["output"] for p in data["probes"])      # and the JSON
+
+
+def test_the_first_failing_probe_shows_its_output(tiny_repo, run_cli):
+    r = tiny_repo(["good", "good", "good", "bad", "bad", "bad", "bad", "bad"])
+    cmd = ["sh", "-c", 'if [ "$(cat state)" = bad ]; then echo "assert 0.3 < 0.1 (state=bad)"; '
+                       "exit 1; fi"]
+    code, out, data = run_cli(["main~7..main", "--repo", str(r.path), "--", *cmd])
+    assert code == 0 and data["first_bad"] == r.shas[3]
+    assert out.count("| assert 0.3 < 0.1 (state=bad)") == 1   # once, under the first bad probe
+
+
+def test_confirm_endpoints_probes_both_first(tiny_repo, run_cli, state_cmd):
+    r = tiny_repo(["good"] * 3 + ["bad"] * 6)
+    code, out, data = run_cli(["main~8..main", "--repo", str(r.path), "--confirm-endpoints",
+                               "--", *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[3]
+    assert [p["role"] for p in data["probes"][:2]] == ["GOOD", "BAD"]
+    assert data["n_probes"] == 2 + 3
+
+
+def test_a_script_in_your_folder_but_not_in_the_commits_is_refused_before_any_probe(
+        tiny_repo, run_cli, tmp_path, monkeypatch):
+    r = tiny_repo(["good", "good", "bad", "bad"])
+    monkeypatch.chdir(r.path)
+    (r.path / "check.sh").write_text('test "$(cat state)" = good\n')   # untracked
+    code, out, data = run_cli(["main~3..main", "--", "sh", "check.sh"])
+    assert code == 2 and data is None and len(out.strip().splitlines()) == 1
+    assert "check.sh (the command) is in your folder but not in the commits" in out
+    assert str(r.path / "check.sh") in out                              # what to write instead
+    code, out, data = run_cli(["main~3..main", "--", "sh", str(r.path / "check.sh")])
+    assert code == 0 and data["first_bad"] == r.shas[2]
+
+
+def test_probes_that_all_skip_for_one_reason_stop_early_and_say_it(tiny_repo, run_cli):
+    r = tiny_repo(["good"] * 10 + ["bad"] * 22)
+    code, out, data = run_cli(["main~31..main", "--repo", str(r.path), "--predicate", "invariants",
+                               "--adapter", "no_such_trainer.adapter:make_adapter"])
+    assert code == 3 and data["n_probes"] == 3 and data["first_bad"] is None, out
+    assert "the first 3 probes were all skipped: could not run the checks" in out
+    assert "no_such_trainer" in out

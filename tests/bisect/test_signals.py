@@ -12,26 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import live_members
-
-
-def start_rlbisect(repo: Path, cmd: list[str], *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlbisect.cli", "run", "main~7..main",
-                             "--repo", str(repo), *extra, "--", *cmd],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 30) -> str:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
-        if proc.poll() is not None:
-            raise AssertionError(f"rlbisect exited early: {proc.communicate()}")
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the predicate never started")
+from helpers import live_members, start_rlbisect, wait_for
 
 
 @pytest.mark.parametrize("sig,code,trap", [
@@ -56,7 +37,6 @@ def test_signal_during_a_probe_cleans_up_everything(tiny_repo, tmp_path, sig, co
     assert partial["first_bad"] is None and partial["n_probes"] == 0
     assert live_members(pgid, settle=2.0) == []
     assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))
-    assert r.git("worktree", "list").count("\n") == 1
     assert r.snapshot() == before
 
 
@@ -80,19 +60,20 @@ def test_interrupted_probe_is_not_cached_and_a_restart_completes(tiny_repo, tmp_
     assert first["verdict"] in ("good", "bad") and not first["cached"]
 
 
-def test_leftovers_of_a_sigkilled_run_are_swept_by_the_next_run(tiny_repo, tmp_path):
+def test_a_sigkilled_run_leaves_nothing_in_the_repo_and_its_probe_dies_with_it(tiny_repo, tmp_path):
     r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    before = r.snapshot()
     pidfile = tmp_path / "pid"
-    proc = start_rlbisect(r.path, ["sh", "-c", f"echo $$ > {pidfile}; sleep 60"])
+    proc = start_rlbisect(r.path, ["sh", "-c", f"echo $$ > {pidfile}; sleep 60 & wait"])
     pgid = int(wait_for(pidfile, proc))
+    assert live_members(pgid)
     proc.kill()  # SIGKILL: no chance to clean up
     proc.wait(timeout=10)
-    os.killpg(pgid, signal.SIGKILL)
-    assert list((r.path / ".git" / "worktrees").glob(f"rlbisect-{proc.pid}-*"))
-    assert list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))
+    assert live_members(pgid, settle=5.0) == []      # the watchdog killed the predicate's group
+    assert r.snapshot() == before                     # nothing new in the user's repository
+    assert list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))   # our temp dir...
     again = start_rlbisect(r.path, ["sh", "-c", 'test "$(cat state)" = good'])
     out, _ = again.communicate(timeout=60)
     assert again.returncode == 0 and f"{r.shas[4]} is the first bad commit" in out
-    assert not (r.path / ".git" / "worktrees").exists()
-    assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))
-    assert r.git("worktree", "list").count("\n") == 1
+    assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{proc.pid}-*"))   # ...is swept
+    assert r.snapshot() == before

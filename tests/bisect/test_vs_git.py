@@ -66,3 +66,25 @@ def test_same_answer_as_git_bisect_run(tiny_repo, run_cli, state_cmd, tmp_path, 
     for p in data["probes"]:
         mirror.mark(p["commit"], p["verdict"])
     assert set(mirror.candidates()) == set(want_candidates)
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_when_bad_passes_git_blames_a_commit_and_rlbisect_refuses(tiny_repo, run_cli, state_cmd,
+                                                                 tmp_path, case):
+    """git trusts the user's BAD; on a range where the predicate passes everywhere (skips aside)
+    it names BAD or lists candidates. rlbisect probes BAD, sees it pass, and names nobody."""
+    rng = random.Random(SEED + 1000 + case)
+    parents, merges, reach = random_dag(rng, rng.randint(4, 30))
+    states = ["good" if rng.random() < 0.85 else "skip" for _ in reach]
+    states[0] = states[-1] = "good"
+    r = tiny_repo(states, parents)
+    good, bad = r.shas[0], r.shas[-1]
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(r.path), str(clone)], check=True)
+    blamed, candidates = git_bisect_run(clone, good, bad, False, state_cmd)
+    assert blamed == bad or bad in candidates            # git blames what it was told is bad
+    before = r.snapshot()
+    code, out, data = run_cli([f"{good}..{bad}", "--repo", str(r.path), "--no-cache", "--",
+                               *state_cmd])
+    assert code == 5 and data["first_bad"] is None and "is the first bad commit" not in out
+    assert r.snapshot() == before

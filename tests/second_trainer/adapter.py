@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from rlbisect.adapter import Prepared, Truth
+from rlbisect.check.adapter import Prepared, Truth
 
 _HERE = Path(__file__).resolve().parent
 if "second_trainer" not in sys.modules:    # loaded by file path: register the package without touching sys.path
@@ -30,6 +30,8 @@ from second_trainer.rollout import POLICY, PROMPTS, sample_groups  # noqa: E402
 
 
 class SecondTrainerAdapter:
+    faults = list(tr.BUGS)   # the rows of `rlbisect check --matrix`
+
     def __init__(self, episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None):
         self.cfg = tr.Config(kl_coef=kl_coef or 0.0, bug=tr.check_bug(bug))
         if episodes % self.cfg.group_size:

@@ -1,0 +1,180 @@
+"""The numbers behind bayes.py: its rate prior, and the check that one step explains the runs.
+
+Pure: numpy only. :func:`rate_prior` is the prior over (failure rate before the culprit, rate
+from it on) that ``bayes`` documents; :func:`grid_loglik`, :func:`entropy_bits` and
+:func:`summary` are the arithmetic of its posterior.
+
+Fit. The model says every commit before the culprit fails at one rate and every commit from it on
+at another. A history can break that: the predicate is bad only in a band of commits, it got
+worse twice in the range, it drifts, or one side fails at a rate the prior does not allow. The
+posterior cannot tell (it still ranks the culprits it has); a posterior predictive check can.
+
+Discrepancy of a draw ``(k, f0, f1)``: :func:`split_statistic`, the largest likelihood-ratio
+statistic of "this side is two runs of commits, each with its own rate" against "one rate" over
+every place either side of ``k`` could be cut (a second step hidden inside a side), plus each
+side's deviance from its drawn rate. :func:`fit_pvalue` draws ``(k, f0, f1)`` from the posterior,
+replays the same number of runs at every position under the draw, and returns the share of
+replays at least as discrepant as the runs themselves. The generator is seeded by the counts:
+the same runs give the same answer. Posterior predictive p-values lean conservative (the posterior
+has already seen the data), which is the side to err on, since a false alarm costs a bisect its
+answer; the price is power: a drift spread thinly over many commits is seldom caught, and such a
+search usually ends without a culprit anyway, at the run budget.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+BEFORE_GRID = np.round(np.arange(0.0, 0.25 + 1e-9, 0.025), 4)  #: failure rates before the culprit
+AFTER_GRID = np.round(np.arange(0.45, 1.0 + 1e-9, 0.025), 4)  #: failure rates from it on
+MIN_GAP = 0.35          #: the smallest rise of the failure rate the model holds
+P_CLEAN, P_SYMMETRIC = 0.25, 0.25      #: prior of (0, 1) and of the line f1 = 1 - f0
+P_GOOD_EXACT, P_BAD_EXACT = 0.3, 0.2   #: within the rest: f0 = 0, f1 = 1
+BEFORE_SHAPE = 8.0      #: f0 leans small as Beta(1, BEFORE_SHAPE)
+
+
+def rate_prior(before: Sequence[float] = BEFORE_GRID,
+               after: Sequence[float] = AFTER_GRID) -> np.ndarray:
+    """Prior weights of ``(f0, f1)`` on the grid, shape ``(len(before), len(after))``."""
+    f0, f1 = np.asarray(before, float), np.asarray(after, float)
+    a, b = np.meshgrid(f0, f1, indexing="ij")
+    ok = b - a >= MIN_GAP - 1e-9
+    lean = (1.0 - f0) ** (BEFORE_SHAPE - 1)
+
+    def spread(exact: np.ndarray, weights: np.ndarray, p_exact: float) -> np.ndarray:
+        return (1 - p_exact) * weights / weights.sum() + p_exact * exact / max(exact.sum(), 1)
+    product = np.outer(spread(f0 == 0, lean, P_GOOD_EXACT), spread(f1 == 1, np.ones_like(f1),
+                                                                      P_BAD_EXACT)) * ok
+    parts = [(P_CLEAN, ((a == 0) & (b == 1)).astype(float)),
+             (P_SYMMETRIC, (np.isclose(a + b, 1) & (a > 0) & ok) * lean[:, None]),
+             (1 - P_CLEAN - P_SYMMETRIC, product)]
+    w = sum(p * m / m.sum() for p, m in parts if m.sum() > 0)
+    return w / w.sum()
+
+
+def entropy_bits(z: np.ndarray) -> np.ndarray:
+    """Binary entropy in bits, elementwise, with 0 log 0 = 0."""
+    z = np.clip(np.asarray(z, float), 0.0, 1.0)
+    inner = (z > 0) & (z < 1)
+    zi = np.where(inner, z, 0.5)
+    return np.where(inner, -(zi * np.log2(zi) + (1 - zi) * np.log2(1 - zi)), 0.0)
+
+
+def grid_loglik(bad: np.ndarray, good: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    """log P(bad failures, good passes | rate) for every count row x every grid rate."""
+    b, g = bad[:, None].astype(float), good[:, None].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (np.where(b > 0, b * np.log(rates), 0.0)
+                + np.where(g > 0, g * np.log1p(-rates), 0.0))
+
+
+def summary(grid: np.ndarray, w: np.ndarray) -> dict:
+    """Mean and 90% interval of a distribution ``w`` over ``grid``."""
+    cdf = np.cumsum(w) / w.sum()
+    return {"mean": round(float(grid @ w / w.sum()), 4),
+            "p05": float(grid[int((cdf >= 0.05 - 1e-12).argmax())]),
+            "p95": float(grid[int((cdf >= 0.95 - 1e-12).argmax())])}
+
+
+def _loglik(bad: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Binomial log-likelihood at the maximum (rate = bad / total), elementwise; 0 when empty."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(total > 0, bad / np.maximum(total, 1), 0.0)
+        good = total - bad
+        out = np.where(bad > 0, bad * np.log(np.where(rate > 0, rate, 1.0)), 0.0)
+        out += np.where(good > 0, good * np.log(np.where(rate < 1, 1 - rate, 1.0)), 0.0)
+    return out
+
+
+def _cuts(bads: np.ndarray, totals: np.ndarray, k: np.ndarray | int):
+    """Per row and cut j = 1..n: (statistic, lo, hi), ``[lo, hi)`` the side holding the cut."""
+    b = np.atleast_2d(np.asarray(bads, dtype=float))
+    t = np.asarray(totals, dtype=float)
+    rows, m = b.shape
+    cb = np.concatenate([np.zeros((rows, 1)), np.cumsum(b, axis=1)], axis=1)   # [S, m+1]
+    ct = np.concatenate([[0.0], np.cumsum(t)])                                  # [m+1]
+    kk = np.broadcast_to(np.asarray(k), (rows,))[:, None]                      # [S, 1]
+    j = np.arange(1, m)[None, :]                                               # [1, m-1]
+    lo, hi = np.where(j < kk, 0, kk), np.where(j < kk, kk, m)                  # [S, m-1]
+    r = np.arange(rows)[:, None]
+    b_left, t_left = cb[r, j] - cb[r, lo], ct[j] - ct[lo]
+    b_right, t_right = cb[r, hi] - cb[r, j], ct[hi] - ct[j]
+    stat = 2 * (_loglik(b_left, t_left) + _loglik(b_right, t_right)
+                - _loglik(b_left + b_right, t_left + t_right))
+    return np.where(j != kk, stat, 0.0), lo, hi
+
+
+def split_statistic(bads: np.ndarray, totals: np.ndarray, k: np.ndarray | int) -> np.ndarray:
+    """Largest two-segment likelihood-ratio statistic inside either side of culprit ``k``.
+
+    ``bads``: shape ``(S, n + 1)`` (or ``(n + 1,)``), failures per position; ``totals``: runs per
+    position, ``(n + 1,)``; ``k``: one culprit per row, 0..n+1. A cut at ``j`` (1..n, not ``k``)
+    compares positions ``[lo, j)`` with ``[j, hi)`` of the side that contains both.
+    """
+    if np.shape(totals)[0] < 2:
+        return np.zeros(np.atleast_2d(bads).shape[0])
+    return _cuts(bads, totals, k)[0].max(axis=1)
+
+
+def describe_misfit(goods: np.ndarray, bads: np.ndarray, k: int) -> str:
+    """The worst cut of culprit ``k``'s sides, as runs failed on either side of it."""
+    goods, bads = np.asarray(goods), np.asarray(bads)
+    totals = goods + bads
+    if len(totals) < 2:
+        return "too few positions to cut"
+    stat, lo, hi = _cuts(bads, totals, k)
+    i = int(stat[0].argmax())
+    j, lo, hi = i + 1, int(lo[0, i]), int(hi[0, i])
+    return (f"{bads[lo:j].sum()}/{totals[lo:j].sum()} runs failed at positions {lo}..{j - 1} "
+            f"but {bads[j:hi].sum()}/{totals[j:hi].sum()} at {j}..{hi - 1}, all on one side of "
+            f"the likeliest culprit {k}")
+
+
+def _side_deviance(bads: np.ndarray, totals: np.ndarray, k: np.ndarray, before: np.ndarray,
+                   after: np.ndarray) -> np.ndarray:
+    """Per row: twice the log-likelihood ratio of each side's own pooled failure rate against
+    the drawn rate of that side, summed over the two sides."""
+    b = np.atleast_2d(bads).astype(float)
+    cb = np.concatenate([np.zeros((b.shape[0], 1)), np.cumsum(b, axis=1)], axis=1)
+    ct = np.concatenate([[0.0], np.cumsum(np.asarray(totals, float))])
+    r = np.arange(b.shape[0])
+    out = np.zeros(b.shape[0])
+    for bad, tot, rate in ((cb[r, k], ct[k], before),
+                           (cb[:, -1] - cb[r, k], ct[-1] - ct[k], after)):
+        good = tot - bad
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at = (np.where(bad > 0, bad * np.log(rate), 0.0)
+                  + np.where(good > 0, good * np.log1p(-rate), 0.0))
+        out += 2 * (_loglik(bad, tot) - at)
+    return out
+
+
+def fit_pvalue(goods: np.ndarray, bads: np.ndarray, joint: np.ndarray, before: np.ndarray,
+               after: np.ndarray, draws: int = 1000) -> float:
+    """Posterior predictive p-value of ``split_statistic`` plus the sides' deviance.
+
+    ``joint``: the posterior over ``(k, before rate, after rate)``, shape ``(n + 2, len(before),
+    len(after))``, with ``before``/``after`` the rate grids. The discrepancy of a draw is the
+    largest cut inside a side plus how far each side's pooled failure rate is from the drawn
+    rate of that side: a side that holds a second step, or that fails at a rate the model does
+    not allow, is far.
+    """
+    goods, bads = np.asarray(goods), np.asarray(bads)
+    totals = goods + bads
+    if (totals > 0).sum() < 2:
+        return 1.0
+    seed = np.concatenate([goods, bads]).astype(np.int64)
+    rng = np.random.default_rng(np.abs(seed) % (2 ** 31))
+    w = joint.ravel() / joint.sum()
+    k, a, b = np.unravel_index(rng.choice(w.size, size=draws, p=w), joint.shape)
+    f0, f1 = np.asarray(before)[a], np.asarray(after)[b]
+    rate = np.where(np.arange(len(totals))[None, :] >= k[:, None], f1[:, None], f0[:, None])
+    replay = rng.binomial(totals[None, :], rate)                         # [S, n+1]
+    observed = np.broadcast_to(bads, replay.shape)
+
+    def discrepancy(y: np.ndarray) -> np.ndarray:
+        return split_statistic(y, totals, k) + _side_deviance(y, totals, k, f0, f1)
+    return float((discrepancy(replay) >= discrepancy(observed) - 1e-9).mean())

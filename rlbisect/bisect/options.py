@@ -1,0 +1,66 @@
+"""``BisectOptions``: how ``rlbisect run`` searches, in one documented model.
+
+The CLI builds it once from its flags; the Python API takes it as is::
+
+    from rlbisect.bisect import BisectOptions, bisect, make_predicate
+    result = bisect("path/to/repo", "v1.0..main", make_predicate(command=["make", "test"]),
+                    BisectOptions(jobs=4, timeout=600))
+
+What a predicate measures has its own model beside it (``--predicate NAME``'s options, see
+:mod:`rlbisect.bisect.predicates`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class BisectOptions(BaseModel):
+    """Every knob of the search; the defaults are a plain ``git bisect run``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    first_parent: bool = Field(False, description="follow only the first parent of merges "
+                               "(git bisect --first-parent)")
+    timeout: float | None = Field(None, gt=0, description="seconds per probe; a probe that runs "
+                                  "longer is killed and skipped, never bad")
+    use_cache: bool = Field(True, description="reuse and record verdicts in .git/rlbisect/cache.jsonl")
+    confirm_endpoints: bool = Field(False, description="probe GOOD and BAD before searching "
+                                    "(otherwise only when the answer rests on one of them)")
+    diagnose: bool | None = Field(None, description="after a find, show what moved between the "
+                                  "first bad commit and its parent, probing the parent if the bisect "
+                                  "did not (default: on, but not with --flaky: one run of a noisy "
+                                  "predicate would mislead)")
+    jobs: int = Field(1, ge=1, description="commits probed at once, each in its own checkout "
+                      "(k-ary search: about log_(J+1) N rounds)")
+    executor: Literal["local", "ray"] = Field("local", description="where probes run: this "
+                                              "machine, or one Ray task per probe")
+    ray_address: str | None = Field(None, description="--executor ray: the cluster (default "
+                                    "RAY_ADDRESS, else a local instance)")
+    ray_gpus: float = Field(0.0, ge=0, description="--executor ray: GPUs each probe task asks for")
+    clone_url: str | None = Field(None, description="--executor ray: nodes clone this URL instead "
+                                  "of reading the repository over a shared filesystem")
+    flaky: bool = Field(False, description="the predicate can lie: keep a posterior over the "
+                        "culprit and repeat runs where they inform most")
+    confidence: float | None = Field(None, gt=0.5, lt=1, description="--flaky: stop when the "
+                                     "likeliest culprit has this posterior (default 0.95)")
+    max_runs: int | None = Field(None, ge=1, description="--flaky: predicate runs at most "
+                                 "(default: 12 per halving of the range, at least 20)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "BisectOptions":
+        if not self.flaky:
+            for name in ("confidence", "max_runs"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"--{name.replace('_', '-')} needs --flaky")
+        elif self.jobs > 1 or self.executor != "local":
+            raise ValueError("--flaky runs one probe at a time: drop --jobs/--executor")
+        elif self.diagnose:
+            raise ValueError("--flaky cannot diagnose: one run of a noisy predicate would mislead")
+        if self.executor == "local":
+            given = [f for f in ("ray_address", "ray_gpus", "clone_url") if getattr(self, f)]
+            if given:
+                raise ValueError(f"--{given[0].replace('_', '-')} needs --executor ray")
+        return self

@@ -1,0 +1,53 @@
+"""The ``replay:STEP.pt`` predicate: does the saved step still replay on this commit's code?
+
+Good when every statistic and the updated parameters match the recording bit for bit (or within
+``tolerance``), bad when anything moved or the update raised, skip when the step cannot run at that
+commit. The snapshot is checked once, when the predicate is built: a broken file is bad input
+(exit 2), never a verdict about the code.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pydantic import Field
+
+from rlbisect.bisect.predicates import Options, PredicateError, Probe, register_predicate
+
+
+class ReplayOptions(Options):
+    """Options of ``--predicate replay:STEP.pt``."""
+
+    tolerance: float = Field(0.0, ge=0, description="allowed |diff| per statistic: X * (1 + |recorded|); "
+                             "0 = bit-exact")
+
+
+class ReplayPredicate:
+    def __init__(self, path: str | None, options: ReplayOptions = ReplayOptions()):
+        from rlbisect.steps.format import SnapshotError, load_snapshot
+        if not path:
+            raise PredicateError("replay needs a snapshot: --predicate replay:path/to/step-000005.pt")
+        self.path = Path(path).expanduser().resolve()   # probes run in other directories
+        try:
+            load_snapshot(self.path)
+        except SnapshotError as e:
+            raise PredicateError(f"replay: {e}") from None
+        self.options = options
+
+    def identity(self) -> str:
+        from rlbisect.steps.at import replay_identity
+        return replay_identity(self.path, None, self.options.tolerance)
+
+    def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
+        from rlbisect.steps.at import replay_at
+        t0 = time.perf_counter()
+        verdict, values, reason = replay_at(self.path, worktree, timeout, None,
+                                            self.options.tolerance)
+        stopped = reason.endswith("interrupted") or "timed out" in reason
+        return Probe(verdict, values, reason, time.perf_counter() - t0, cacheable=not stopped)
+
+
+register_predicate("replay", lambda spec: ReplayPredicate(spec.arg, spec.options), ReplayOptions,
+                   "replay:STEP.pt - the saved step must replay identically on the commit's code",
+                   takes="arg")

@@ -1,0 +1,16 @@
+"""Before step 1: invariants a correct PPO/GRPO trainer satisfies, checked through its own code.
+
+- ``adapter``     the probe points a trainer exposes (:class:`TrainerAdapter`) and their loading
+- ``invariants``  the checks, their registry and :func:`sanity_checks`
+- ``thresholds``  pass/fail limits (fp32 defaults, a bf16 starting point)
+"""
+
+from rlbisect.check.adapter import (DEFAULT_ADAPTER, AdapterError, Prepared, TrainerAdapter, Truth,
+                                    load_adapter)
+from rlbisect.check.invariants import (INVARIANTS, CheckResult, check_matrix, register_invariant,
+                                       sanity_checks)
+from rlbisect.check.thresholds import Thresholds
+
+__all__ = ["DEFAULT_ADAPTER", "INVARIANTS", "AdapterError", "CheckResult", "Prepared", "Thresholds",
+           "TrainerAdapter", "Truth", "check_matrix", "load_adapter", "register_invariant",
+           "sanity_checks"]

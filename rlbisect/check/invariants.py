@@ -1,0 +1,223 @@
+"""Nine identities a correct PPO/GRPO trainer satisfies at step 0, checked on one probe batch.
+
+Each check runs the trainer's own code through a `TrainerAdapter` and compares it with truth the
+trainer cannot influence: the sampler's record of which tokens the policy sampled and with what
+log-probability, a one-pass gradient, a fresh recomputation, advantages recomputed from the rewards.
+
+    1 mask = policy tokens              positions where the loss mask disagrees with the sampler's owners
+    2 sampler = trainer log-prob        max |trainer logp - sampler logp| on the masked positions
+    3 ratio = 1 before any step         max |ratio - 1| in the trainer's backward of a first minibatch
+    4 group advantage mean = 0          max |mean advantage| over groups
+    5 loss invariant to padding         |loss(padded batch) - loss(batch)| on that minibatch
+    6 accumulated = one-pass gradient   |g_trainer - g_one_pass| / |g_one_pass| on that minibatch
+    7 old_logp frozen in the update     approx_kl over one real update (0 means ratio == 1 throughout)
+    8 update raises log pi where A > 0  corr(change of log pi(episode), advantage) after one update
+    9 KL to reference > 0 after a step  KL(policy || reference) after one update (skipped without a reference)
+
+Users add their own with `@register_invariant("name")`; a registered check runs wherever the nine do.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Optional
+
+import torch
+from rlbisect.check.adapter import Prepared, TrainerAdapter
+from rlbisect.check.thresholds import Thresholds
+
+
+@dataclass
+class CheckResult:
+    name: str
+    value: float
+    passed: bool
+
+
+def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in model.parameters()])
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Reference advantages from the rewards alone: (r - group mean) / group std."""
+    r = rewards.float().view(-1, group_size)
+    return ((r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-6)).flatten()
+
+
+class CheckContext:
+    """One probe batch and the trainer quantities the checks share, each computed once, on demand."""
+
+    def __init__(self, adapter: TrainerAdapter, thresholds: Thresholds):
+        self.adapter, self.t = adapter, thresholds
+        self.model = adapter.policy()
+        self.batch, self.truth = adapter.probe_batch()
+        B = len(self.truth.rewards)
+        self.rows = torch.arange(B)
+        # Accumulation, padding and the first-step ratio are properties of one minibatch: check them
+        # on a seeded random half of the rows (the unit a trainer accumulates over, at half the
+        # cost) that always holds the episode whose policy tokens reach furthest right: the batch's
+        # right edge is where a shifted mask and padding interact.
+        half = torch.randperm(B, generator=torch.Generator().manual_seed(0))[: max(B // 2, 1)]
+        positions = torch.arange(1, self.truth.owned.shape[1] + 1)
+        furthest = int(((self.truth.owned > 0) * positions).amax(-1).argmax())
+        self.minibatch = half if furthest in half else torch.cat([half[:-1], torch.tensor([furthest])])
+
+    @cached_property
+    def prep(self) -> Prepared:
+        return self.adapter.prepare(self.model, self.batch)
+
+    @cached_property
+    def trainer_logp(self) -> torch.Tensor:                    # [B, P], a clean recomputation
+        return self.adapter.log_probs(self.model, self.batch)
+
+    @cached_property
+    def one_pass(self) -> tuple[torch.Tensor, float]:          # (gradient, loss) of the minibatch, one backward
+        self.model.zero_grad()
+        loss, _ = self.adapter.loss(self.model, self.batch, self.minibatch, self.prep)
+        loss.backward()
+        grad = _flat_grad(self.model)
+        self.model.zero_grad()
+        return grad, float(loss.detach())
+
+    @cached_property
+    def trainer_pass(self) -> tuple[torch.Tensor, dict]:       # (gradient, stats) by the trainer's backward
+        self.model.zero_grad()
+        stats = self.adapter.backward(self.model, self.batch, self.minibatch, self.prep)
+        grad = _flat_grad(self.model)
+        self.model.zero_grad()
+        return grad, stats
+
+    @cached_property
+    def stepped(self) -> dict:
+        """One real update on a copy, with the trainer's own reference model."""
+        trained = copy.deepcopy(self.model)
+        ref = self.adapter.make_ref(trained)
+        stats = self.adapter.update(trained, self.batch, ref)
+        new_logp = self.adapter.log_probs(trained, self.batch)
+        ref_logp = None if ref is None else self.adapter.log_probs(ref, self.batch)
+        return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp}
+
+
+Check = Callable[[CheckContext], tuple[float, bool]]
+INVARIANTS: dict[str, Check] = {}
+
+
+def register_invariant(name: str) -> Callable[[Check], Check]:
+    """Decorator: add `fn(ctx) -> (value, passed)` to every run of the checks, after the nine."""
+    def wrap(fn: Check) -> Check:
+        if name in INVARIANTS:
+            raise ValueError(f"an invariant named {name!r} is already registered")
+        INVARIANTS[name] = fn
+        return fn
+    return wrap
+
+
+@register_invariant("mask = policy tokens")
+def _mask(ctx):
+    wrong = int((ctx.prep.mask.float() != ctx.truth.owned.float()).sum())
+    return float(wrong), wrong == 0
+
+
+@register_invariant("sampler = trainer log-prob")
+def _sampler_logp(ctx):
+    on = ctx.prep.mask > 0
+    gap = (ctx.trainer_logp - ctx.truth.sample_logp).abs()[on]
+    value = float(gap.max()) if gap.numel() else 0.0
+    return value, value < ctx.t.logp_gap
+
+
+@register_invariant("ratio = 1 before any step")
+def _ratio(ctx):
+    stats = ctx.trainer_pass[1]
+    value = max(stats["ratio_max"] - 1, 1 - stats["ratio_min"])
+    return float(value), value < ctx.t.ratio
+
+
+@register_invariant("group advantage mean = 0")
+def _group_mean(ctx):
+    value = float(ctx.prep.advantages.view(-1, ctx.truth.group_size).mean(-1).abs().max())
+    return value, value < ctx.t.group_mean
+
+
+@register_invariant("loss invariant to padding")
+def _padding(ctx):
+    padded = ctx.adapter.pad(ctx.batch, 8)
+    with torch.no_grad():
+        padded_loss, _ = ctx.adapter.loss(ctx.model, padded, ctx.minibatch, ctx.adapter.prepare(ctx.model, padded))
+    value = abs(float(padded_loss) - ctx.one_pass[1])
+    return value, value < ctx.t.padding
+
+
+@register_invariant("accumulated = one-pass gradient")
+def _accumulation(ctx):
+    full, accumulated = ctx.one_pass[0], ctx.trainer_pass[0]
+    value = float((accumulated - full).norm() / full.norm().clamp(min=1e-30))
+    return value, value < ctx.t.accumulation
+
+
+@register_invariant("old_logp frozen in the update")
+def _old_logp_frozen(ctx):
+    value = float(ctx.stepped["stats"]["approx_kl"])
+    return value, value > ctx.t.approx_kl
+
+
+@register_invariant("update raises log pi where A > 0")
+def _direction(ctx):
+    moved = ((ctx.stepped["new_logp"] - ctx.trainer_logp) * ctx.truth.owned).sum(-1)      # [B]
+    adv = group_advantages(ctx.truth.rewards, ctx.truth.group_size)
+    value = float(torch.corrcoef(torch.stack([moved, adv]))[0, 1])
+    return value, value > ctx.t.correlation       # NaN (no reward variance in the batch) fails
+
+
+@register_invariant("KL to reference > 0 after a step")
+def _kl_ref(ctx):
+    ref_logp = ctx.stepped["ref_logp"]
+    if ref_logp is None:                          # no KL term configured: nothing to check
+        return 0.0, True
+    x = ref_logp - ctx.stepped["new_logp"]
+    value = float(_masked_mean(x.exp() - x - 1, ctx.truth.owned))
+    return value, value > ctx.t.kl_ref
+
+
+BUILTIN = list(INVARIANTS)
+
+
+def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = None) -> dict[str, CheckResult]:
+    """Run every registered invariant on one probe batch -> {name: CheckResult}, in order."""
+    ctx = CheckContext(adapter, thresholds or Thresholds())
+    out = {}
+    for name, fn in INVARIANTS.items():
+        value, passed = fn(ctx)
+        out[name] = CheckResult(name, float(value), bool(passed))
+    return out
+
+
+def check_matrix(make_adapter: Callable[[Optional[str]], TrainerAdapter],
+                 thresholds: Optional[Thresholds] = None,
+                 on_row: Optional[Callable[[Optional[str], dict], None]] = None
+                 ) -> dict[str, dict[str, CheckResult]]:
+    """The checks with no fault, then once per fault switch the adapter lists in its ``faults``
+    attribute -> {"none" | fault: {check: CheckResult}}."""
+    from rlbisect.errors import InputError
+    healthy = make_adapter(None)
+    faults = list(getattr(healthy, "faults", None) or [])
+    if not faults:
+        raise InputError(f"--matrix runs the checks once per fault switch, and "
+                         f"{type(healthy).__name__} lists none (give it a `faults` attribute)")
+    out = {}
+    for fault in [None, *faults]:
+        out[fault or "none"] = sanity_checks(healthy if fault is None else make_adapter(fault), thresholds)
+        if on_row is not None:
+            on_row(fault, out[fault or "none"])
+    return out
+
+
+def as_json(results: dict[str, CheckResult]) -> dict[str, dict]:
+    """{check name: {"value": float, "passed": bool}}."""
+    return {name: {"value": r.value, "passed": r.passed} for name, r in results.items()}

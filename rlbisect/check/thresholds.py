@@ -1,0 +1,28 @@
+"""Pass/fail limits of the invariants: fp32 defaults and a starting point for bf16 engines."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Thresholds(BaseModel):
+    """Pass/fail limits. The defaults are for an fp32 sampler and trainer (the chapter's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    logp_gap: float = Field(1e-4, description="max sampler-vs-trainer |logp| difference on trained tokens")
+    ratio: float = Field(1e-4, description="max |ratio - 1| before any optimizer step")
+    group_mean: float = Field(1e-5, description="max |mean advantage| of a group")
+    padding: float = Field(1e-5, description="max |loss change| from 8 extra pad positions")
+    accumulation: float = Field(1e-4, description="max relative error of the accumulated gradient")
+    approx_kl: float = Field(1e-8, description="approx_kl over one update must exceed this (a stale old_logp gives "
+                                                "exactly 0 or float noise; a real update moves it by >1e-5)")
+    correlation: float = Field(0.0, description="corr(change of log pi, advantage) must exceed this")
+    kl_ref: float = Field(0.0, description="KL to the reference after one update must exceed this")
+
+    @classmethod
+    def bf16(cls) -> "Thresholds":
+        """Starting points for a bf16 inference engine against a bf16/fp32 trainer, where per-token
+        mismatch of a few hundredths of a nat is normal. Calibrate them: run the checks on a known-good
+        commit several times and set each limit a few times above the largest value you measure."""
+        return cls(logp_gap=0.5, ratio=0.5, group_mean=1e-3, padding=1e-2, accumulation=2e-2)

@@ -1,0 +1,126 @@
+"""``rlbisect run``, the bisect command (registered by ``cli.py``; its many options live apart).
+
+Option help comes from the models that define the options: :class:`BisectOptions` for the search
+and each predicate's options model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from rlbisect.bisect.options import BisectOptions as B
+from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
+from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
+from rlbisect.errors import InputError, Interrupted
+
+
+def _doc(model, name: str) -> str:
+    """An option's help: the description of the config field it sets (documented once)."""
+    return model.model_fields[name].description or ""
+
+
+def output_path(path: str | None, flag: str) -> Path | None:
+    """A file we will write: its folder must exist now, before any work (a typo costs nothing)."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise InputError(f"{flag} {path}: is a directory, give a file name")
+    if not p.parent.is_dir():
+        raise InputError(f"{flag} {path}: folder {p.parent} does not exist")
+    return p
+
+
+def bisect_options(**given) -> B:
+    """:class:`BisectOptions` from the flags; a value pydantic refuses is one line, exit 2."""
+    try:
+        return B(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = f"--{str(err['loc'][0]).replace('_', '-')}: " if err["loc"] else ""
+        raise InputError(f"{flag}{err['msg'].removeprefix('Value error, ')}") from None
+
+
+def run_cmd(
+    range_spec: str = typer.Argument(..., metavar="GOOD..BAD", help="known-good and known-bad revisions"),
+    command_: list[str] = typer.Argument(None, metavar="[-- CMD ARGS...]",
+                                         help="predicate command, run in each probe's private checkout"),
+    repo: str = typer.Option(".", "--repo", help="the git repository (default: current directory)"),
+    predicate: str = typer.Option(None, "--predicate", help="predicate NAME[:ARG] (default: the command after --, else invariants)"),
+    adapter: str = typer.Option(None, "--adapter", help="invariants: " + _doc(I, "adapter")),
+    metric: str = typer.Option(None, "--metric", help="short-run: " + _doc(S, "metric")),
+    steps: int = typer.Option(None, "--steps", help="short-run: " + _doc(S, "steps")),
+    seeds: int = typer.Option(None, "--seeds", help="short-run: " + _doc(S, "seeds")),
+    max_seeds: int = typer.Option(None, "--max-seeds", help="short-run: " + _doc(S, "max_seeds")),
+    direction: str = typer.Option(None, "--direction", help="short-run: " + _doc(S, "direction")),
+    runner: str = typer.Option(None, "--runner", help="short-run: " + _doc(S, "runner")),
+    first_parent: bool = typer.Option(False, "--first-parent", help=_doc(B, "first_parent")),
+    timeout: float = typer.Option(None, "--timeout", help=_doc(B, "timeout")),
+    confirm_endpoints: bool = typer.Option(False, "--confirm-endpoints", help=_doc(B, "confirm_endpoints")),
+    jobs: int = typer.Option(1, "--jobs", "-j", help=_doc(B, "jobs") + ", e.g. --jobs 4"),
+    executor: str = typer.Option("local", "--executor", help=_doc(B, "executor") + " (pip install "
+                                 "'rlbisect[ray]'), e.g. --executor ray --jobs 8"),
+    ray_address: str = typer.Option(None, "--ray-address", help=_doc(B, "ray_address") + ", e.g. auto"),
+    ray_gpus: float = typer.Option(None, "--ray-gpus", help=_doc(B, "ray_gpus") + ", e.g. 1"),
+    clone_url: str = typer.Option(None, "--clone-url", help=_doc(B, "clone_url")),
+    json_path: str = typer.Option(None, "--json", help="write the result as JSON to this file"),
+    report_path: str = typer.Option(None, "--report", help="write a markdown report to this file"),
+    plot_path: str = typer.Option(None, "--plot", help="write a PNG timeline of the probes to this file"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write .git/rlbisect/cache.jsonl"),
+    flaky: bool = typer.Option(False, "--flaky", help=_doc(B, "flaky") + "; bisects the first-parent chain"),
+    confidence: float = typer.Option(None, "--confidence", help=_doc(B, "confidence")),
+    max_runs: int = typer.Option(None, "--max-runs", help=_doc(B, "max_runs")),
+) -> None:
+    """Find the first bad commit in GOOD..BAD with a real git bisect. Probes run in private
+    checkouts: your working tree, index, refs, config and hooks are never touched.
+
+    With -- CMD the command decides, as in git bisect run: exit 0 good, 125 skip, 1-127 bad, 128+
+    aborts. It runs in a checkout of each commit, not in your folder.
+
+    No verdict without evidence: if the answer rests on GOOD or BAD and no probe vouched for it,
+    that endpoint is probed too. Exit 0 found; 3 no answer (only skipped commits left, or --flaky
+    not sure); 5 BAD passes the predicate; 6 GOOD fails it; 4 the predicate aborted; 2 bad input;
+    130/143 interrupted.
+
+    Verdicts are cached by tree in .git/rlbisect/ (the one place rlbisect writes in your repository).
+
+    Example: rlbisect run v1.2..main --timeout 600 --json bisect.json -- pytest -x tests/test_loss.py
+
+    Example: rlbisect run v1.2..main --predicate short-run --metric eval_pass --steps 8 --seeds 3
+
+    Example: rlbisect run v1.2..main --flaky --confidence 0.95 -- pytest -x tests/test_flaky_loss.py
+
+    Example: rlbisect run v1.2..main --jobs 4 --executor ray --ray-address auto --ray-gpus 1 --predicate short-run
+    """
+    from rlbisect.bisect import bisect, make_predicate
+    from rlbisect.console import live_progress
+    from rlbisect.plots import bisect_timeline
+    from rlbisect.tinyagent import first_use_note
+    options = bisect_options(first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
+                             confirm_endpoints=confirm_endpoints, jobs=jobs, executor=executor,
+                             ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
+                             flaky=flaky, confidence=confidence, max_runs=max_runs)
+    outputs = {flag: output_path(p, flag) for flag, p in
+               (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}
+    pred = make_predicate(predicate, command_ or [], options=dict(
+        adapter=adapter, metric=metric, steps=steps, seeds=seeds, max_seeds=max_seeds,
+        direction=direction, runner=runner))
+    if not command_ and adapter is None and runner is None and (note := first_use_note()):
+        typer.echo(f"{note}; the first probe pays it", err=True)   # TinyAgent's own trainer
+    with live_progress() as progress:
+        try:
+            result = bisect(repo, range_spec, pred, options, progress=progress)
+        except Interrupted as e:
+            result = e.partial
+    if outputs["--json"]:
+        outputs["--json"].write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if outputs["--plot"]:
+        bisect_timeline(result, outputs["--plot"])
+    if outputs["--report"]:
+        outputs["--report"].write_text(result.markdown(outputs["--plot"]))
+    typer.echo(result.summary())
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,61 @@
+"""Taking a step's state out of a live training loop: tensor copies, RNG states, digests.
+
+Everything here works on live objects (modules, optimizers, generators); the file format lives
+in `format.py`, the code's git identity in `rlbisect.repo`, putting state back and comparing it in
+`replay.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from typing import Any
+
+import torch
+
+from rlbisect.steps.format import RngState, Snapshot
+
+
+def capture_rng(generators: dict[str, torch.Generator] | None = None) -> RngState:
+    return RngState(torch.get_rng_state(), {n: g.get_state() for n, g in (generators or {}).items()},
+                    random.getstate())
+
+
+def copy_tensors(obj: Any) -> Any:
+    """Deep copy of a nested dict/list/tuple, cloning tensors (a state_dict only holds references)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: copy_tensors(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(copy_tensors(v) for v in obj)
+    return obj
+
+
+def capture(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+            batch: dict[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
+            **fields: Any) -> Snapshot:
+    """Clone the pre-update state in memory (no disk I/O, no device sync); `fields` fill the rest."""
+    return Snapshot(step=step, model=copy_tensors(model.state_dict()),
+                    optimizer=None if optimizer is None else copy_tensors(optimizer.state_dict()),
+                    batch=copy_tensors(dict(batch)), rng=capture_rng(generators), **fields)
+
+
+def state_digest(state: torch.nn.Module | dict[str, torch.Tensor]) -> str:
+    """sha256 over names, dtypes, shapes and bytes of a state dict: equal iff bit-identical."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    h = hashlib.sha256()
+    for name, t in state.items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def diff_norm(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float | None:
+    """||a - b|| over the floating-point tensors both hold (float64 sums); None if there are none."""
+    sq = [(a[k].detach().double() - v.detach().double()).pow(2).sum()
+          for k, v in b.items() if v.is_floating_point() and k in a and a[k].shape == v.shape]
+    return math.sqrt(float(sum(sq))) if sq else None

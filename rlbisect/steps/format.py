@@ -1,0 +1,244 @@
+"""One update step saved to one file and loaded back without executing anything.
+
+File format (`step-NNNNNN.pt` by convention; the content is a plain safetensors file, no pickle):
+
+* tensors, namespaced: `model/<param>`, `optim/<path>` (each tensor of the optimizer state_dict,
+  e.g. `optim/state/0/exp_avg`), `batch/<key>`, `rng/torch` (global CPU RNG), `rng/gen/<name>`,
+  optionally `frozen/<module>/<param>` (modules the update reads but never changes, such as a KL
+  reference) and `post/<param>` (the model after the update, so a replay can measure how far its
+  update lands from the recorded one);
+* safetensors metadata `rlbisect.meta`: one JSON document with everything else (step, format
+  version, config, stats, hits, code identity, torch version, threads, the optimizer state's
+  non-tensor structure, the Python `random` state, free-form meta);
+* metadata `rlbisect.sha256`: a content hash over every byte (`integrity.py`, which also reads
+  no more of a file than its header declares). Safety against hostile files comes from the
+  format itself: safetensors + JSON, never `pickle`/`torch.load`, every field validated on load.
+
+`load_snapshot` raises `SnapshotError` (one line) for every input it refuses. Taking state out of
+a live loop is `capture.py`; putting it back, replaying and comparing is `replay.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import safetensors.torch
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rlbisect.errors import InputError
+from rlbisect.repo import CodeIdentity
+from rlbisect.steps.integrity import (HASH_KEY, ZERO_HASH, IntegrityError, atomic_write,
+                                     read_declared, seal, verified_metadata)
+from rlbisect.steps.optim_state import decode_optimizer, encode_optimizer
+from rlbisect.steps.spikes import Hit
+
+FORMAT = "rlbisect-snapshot"
+FORMAT_VERSION = 1
+class SnapshotError(InputError):
+    """A file that is not a loadable snapshot (corrupt, truncated, foreign, hostile, missing)."""
+
+
+@dataclass
+class RngState:
+    torch: torch.Tensor | None = None  # torch.get_rng_state()
+    generators: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> Generator.get_state()
+    python: tuple | None = None  # random.getstate()
+
+
+@dataclass
+class Snapshot:
+    """Everything one update consumed, plus what it logged. State is pre-update."""
+
+    step: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict | None  # a torch `Optimizer.state_dict()`, ready for `load_state_dict`
+    batch: dict[str, torch.Tensor]
+    rng: RngState
+    config: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)  # the step's recorded statistics
+    hits: list[Hit] = field(default_factory=list)
+    code: CodeIdentity = field(default_factory=CodeIdentity)
+    post_update_sha256: str | None = None  # state_digest of the model after the update, if known
+    update_norm: float | None = None  # ||params after - params before||, if known
+    frozen: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # e.g. {"ref": state}
+    post_update: dict[str, torch.Tensor] | None = None  # the model's state after the update
+    torch_version: str = torch.__version__
+    num_threads: int = field(default_factory=torch.get_num_threads)
+    format_version: int = FORMAT_VERSION
+    created: str = ""
+    meta: dict = field(default_factory=dict)
+
+
+# --- save -------------------------------------------------------------------------------------------
+
+def _cpu(t: torch.Tensor, seen: set[int]) -> torch.Tensor:
+    t = t.detach().to("cpu").contiguous()
+    ptr = t.untyped_storage().data_ptr()
+    if ptr in seen:  # safetensors refuses tensors sharing memory
+        t = t.clone()
+    seen.add(t.untyped_storage().data_ptr())
+    return t
+
+
+def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
+    """Write `snap` atomically to `path` (temp file in the same directory, fsync, rename)."""
+    path = Path(path)
+    seen: set[int] = set()
+    tensors: dict[str, torch.Tensor] = {}
+    try:
+        optim = None if snap.optimizer is None else encode_optimizer(snap.optimizer, tensors)
+    except ValueError as e:
+        raise SnapshotError(str(e)) from None
+    tensors.update({f"model/{k}": v for k, v in snap.model.items()})
+    tensors.update({f"batch/{k}": v for k, v in snap.batch.items()})
+    if snap.rng.torch is not None:
+        tensors["rng/torch"] = snap.rng.torch
+    tensors.update({f"rng/gen/{k}": v for k, v in snap.rng.generators.items()})
+    for name, state in snap.frozen.items():
+        _check_module_name(name)
+        tensors.update({f"frozen/{name}/{k}": v for k, v in state.items()})
+    tensors.update({f"post/{k}": v for k, v in (snap.post_update or {}).items()})
+    tensors = {k: _cpu(v, seen) for k, v in tensors.items()}
+    header = {
+        "format": FORMAT, "format_version": snap.format_version, "step": snap.step,
+        "created": snap.created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": snap.torch_version, "num_threads": snap.num_threads,
+        "code": vars(snap.code), "config": snap.config, "stats": snap.stats,
+        "hits": [h.to_dict() for h in snap.hits], "meta": snap.meta,
+        "post_update_sha256": snap.post_update_sha256, "update_norm": snap.update_norm,
+        "model_keys": list(snap.model), "batch_keys": list(snap.batch), "optimizer": optim,
+        "frozen_keys": {name: list(state) for name, state in snap.frozen.items()},
+        "post_update_keys": None if snap.post_update is None else list(snap.post_update),
+        "rng": {"torch": snap.rng.torch is not None, "generators": list(snap.rng.generators),
+                "python": snap.rng.python},
+    }
+    try:
+        meta_json = json.dumps(header)
+    except (TypeError, ValueError) as e:
+        raise SnapshotError(f"snapshot fields must be JSON-serialisable: {e}") from None
+    blob = bytearray(safetensors.torch.save(tensors, metadata={
+        "rlbisect.meta": meta_json, HASH_KEY: ZERO_HASH}))
+    atomic_write(path, seal(blob))
+    return path
+
+
+def _check_module_name(name: str) -> None:
+    # One path segment: "a/b" + "c" and "a" + "b/c" would otherwise name the same tensor.
+    if not name or "/" in name:
+        raise SnapshotError(f"frozen module name {name!r} must be non-empty and contain no '/'")
+
+
+# --- load -------------------------------------------------------------------------------------------
+
+class _Code(BaseModel):
+    commit: str | None
+    dirty: bool | None
+    repo: str | None
+
+
+class _Rng(BaseModel):
+    torch: bool
+    generators: list[str]
+    python: tuple[int, tuple[int, ...], float | None] | None
+
+
+class _Header(BaseModel):
+    """What `rlbisect.meta` must contain; anything else is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["rlbisect-snapshot"]
+    format_version: int
+    step: int
+    created: str
+    torch_version: str
+    num_threads: int
+    code: _Code
+    config: dict[str, Any]
+    stats: dict[str, Any]
+    hits: list[dict[str, Any]]
+    meta: dict[str, Any]
+    post_update_sha256: str | None
+    update_norm: float | None
+    model_keys: list[str]
+    batch_keys: list[str]
+    optimizer: Any
+    rng: _Rng
+    frozen_keys: dict[str, list[str]] = {}  # absent in files from before frozen modules existed
+    post_update_keys: list[str] | None = None
+
+
+def load_snapshot(path: str | os.PathLike) -> Snapshot:
+    """Read and validate a snapshot; `SnapshotError` with a one-line reason for anything refused."""
+    path = Path(path)
+    try:
+        return _load(path)
+    except (SnapshotError, IntegrityError) as e:
+        raise SnapshotError(_one_line(f"{path}: {e}")) from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        msg = f"{path}: invalid snapshot metadata at {where}: {err['msg']}"
+        raise SnapshotError(_one_line(msg)) from None
+    except Exception as e:  # noqa: BLE001 - every refusal must be one SnapshotError, never a traceback
+        raise SnapshotError(_one_line(f"{path}: not a valid snapshot ({type(e).__name__}: {e})")) from None
+
+
+def _one_line(msg: str) -> str:
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= 300 else msg[:297] + "..."
+
+
+def _load(path: Path) -> Snapshot:
+    try:
+        if not path.is_file():
+            raise SnapshotError("no such file" if not path.exists() else "not a regular file")
+        data = read_declared(path)
+    except OSError as e:
+        raise SnapshotError(f"cannot read: {e.strerror or e}") from None
+    head = _Header.model_validate_json(verified_metadata(data)["rlbisect.meta"])
+    if head.format_version > FORMAT_VERSION:
+        raise SnapshotError(f"format version {head.format_version} is newer than this rlbisect "
+                            f"reads ({FORMAT_VERSION}); upgrade rlbisect")
+    tensors = safetensors.torch.load(data)
+    used: set[str] = set()
+
+    def take(name: str) -> torch.Tensor:
+        if name not in tensors:
+            raise SnapshotError(f"tensor {name!r} is missing")
+        used.add(name)
+        return tensors[name]
+
+    model = {k: take(f"model/{k}") for k in head.model_keys}
+    batch = {k: take(f"batch/{k}") for k in head.batch_keys}
+    optim = None
+    if head.optimizer is not None:
+        optim = decode_optimizer(head.optimizer, {k: take(k) for k in tensors if k.startswith("optim/")})
+        if not isinstance(optim, dict):
+            raise SnapshotError("optimizer state is not a dict")
+    for name in head.frozen_keys:
+        _check_module_name(name)
+    frozen = {n: {k: take(f"frozen/{n}/{k}") for k in keys} for n, keys in head.frozen_keys.items()}
+    post = None if head.post_update_keys is None else {k: take(f"post/{k}") for k in head.post_update_keys}
+    rng = RngState(take("rng/torch") if head.rng.torch else None,
+                   {k: take(f"rng/gen/{k}") for k in head.rng.generators}, head.rng.python)
+    if extra := set(tensors) - used:
+        raise SnapshotError(f"unexpected tensors {sorted(extra)[:3]}")
+    for state in [rng.torch, *rng.generators.values()]:
+        if state is not None:
+            torch.Generator().set_state(state)  # refuses a malformed state now, not at replay
+    if rng.python is not None:
+        random.Random().setstate(rng.python)
+    return Snapshot(
+        step=head.step, model=model, optimizer=optim, batch=batch, rng=rng, config=head.config,
+        stats=head.stats, hits=[Hit.from_dict(h) for h in head.hits], code=CodeIdentity(**vars(head.code)),
+        post_update_sha256=head.post_update_sha256, update_norm=head.update_norm,
+        frozen=frozen, post_update=post, torch_version=head.torch_version, num_threads=head.num_threads,
+        format_version=head.format_version, created=head.created, meta=head.meta)

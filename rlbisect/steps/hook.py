@@ -1,0 +1,202 @@
+"""The snapshot hook: a few lines in any PyTorch training loop make its spikes replayable.
+
+    hook = SnapshotHook("snapshots", every=None, config=cfg)      # detector hits only
+    for step in range(steps):
+        batch = collect(...)                                      # dict[str, Tensor]
+        hook.before_update(step, model, optimizer, batch, generators={"minibatch": gen})
+        stats = update(model, optimizer, batch, gen)              # dict of floats, metrics.py names
+        hits = hook.after_update(step, stats)                     # saved step-NNNNNN.pt if any hit
+
+`before_update` clones the pre-update state in memory (model and optimizer tensors, the batch, RNG
+states): no disk I/O and no device sync, so an armed hook costs a few memory copies per step.
+`after_update` feeds the detectors and writes a file only when one fires or `step % every == 0`.
+
+Modules the update reads but never changes (a frozen KL reference) go in `frozen={"ref": ref}`:
+they are written only when a snapshot is saved, so they cost nothing on the other steps, and a
+replay then uses exactly the reference the run used.
+
+Disk bound (only files this hook wrote are ever deleted):
+* periodic snapshots (no hit) rotate: only the newest `keep_last` survive;
+* at most `max_snapshots` files in total; past that the oldest periodic one goes first, then the
+  oldest detector-hit one. Detectors are edge-triggered, so hits are rare and this seldom bites.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import numbers
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlbisect.repo import CodeIdentity, code_identity
+from rlbisect.steps.capture import capture, diff_norm, state_digest
+from rlbisect.steps.format import Snapshot, SnapshotError, save_snapshot
+from rlbisect.steps.spikes import DetectorSet, Hit, SpikeConfig, default_detectors
+
+
+def snapshot_name(step: int) -> str:
+    return f"step-{step:06d}.pt"
+
+
+def _plain(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """Logged values as JSON-able Python numbers (0-dim tensors and numpy scalars included)."""
+    out: dict[str, Any] = {}
+    for k, v in stats.items():
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            v = int(v)
+        elif isinstance(v, numbers.Real) and not isinstance(v, bool):
+            v = float(v)
+        out[str(k)] = v
+    return out
+
+
+def _find_code(model: torch.nn.Module) -> CodeIdentity:
+    """The git identity of the file defining the model's class, else of the current directory."""
+    try:
+        found = code_identity(Path(inspect.getfile(type(model))).parent)
+    except (TypeError, OSError):
+        found = CodeIdentity()
+    return found if found.commit is not None else code_identity()
+
+
+class StepRecord:
+    """Handed out by `SnapshotHook.update`; call `log(stats)` inside the block."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.stats: dict[str, Any] | None = None
+        self.hits: list[Hit] = []
+
+    def log(self, stats: Mapping[str, Any]) -> None:
+        self.stats = dict(stats)
+
+
+class SnapshotHook:
+    """Keeps each step's pre-update state in memory and persists it when a detector fires.
+
+    directory      where `step-NNNNNN.pt` files go (created if missing)
+    every          also save every `every`-th step (`step % every == 0`); None: detector hits only
+    detectors      a `DetectorSet`, a `SpikeConfig`, or None for `default_detectors()`
+    keep_last      periodic snapshots kept (newest first)
+    max_snapshots  total files this hook keeps on disk
+    config         the run's config (a JSON-able dict, or a pydantic model), stored in each file
+    meta           free-form JSON-able dict stored in each file
+    code_dir       a path inside the git repo of the training code (default: the repo holding the
+                   model's class, else the current directory); read once, at the first step
+    keep_post_update  also store the model after the update (doubles the model's share of the
+                   file), so a replay reports how far its update lands from the recorded one
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, every: int | None = None,
+                 detectors: DetectorSet | SpikeConfig | None = None, keep_last: int = 3,
+                 max_snapshots: int = 20, config: Any = None, meta: dict | None = None,
+                 code_dir: str | os.PathLike | None = None, keep_post_update: bool = False) -> None:
+        if every is not None and every < 1:
+            raise ValueError("every must be >= 1 (or None for detector hits only)")
+        if keep_last < 1 or max_snapshots < 1:
+            raise ValueError("keep_last and max_snapshots must be >= 1")
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.every, self.keep_last, self.max_snapshots = every, keep_last, max_snapshots
+        self.keep_post_update = keep_post_update
+        self.detectors = detectors if isinstance(detectors, DetectorSet) else default_detectors(detectors)
+        if hasattr(config, "model_dump"):
+            config = config.model_dump(mode="json")
+        self.config: dict = dict(config or {})
+        self.meta: dict = dict(meta or {})
+        json.dumps([self.config, self.meta])  # fail now, not at the first spike hours later
+        self.code: CodeIdentity | None = None if code_dir is None else code_identity(code_dir)
+        self.hits: list[Hit] = []  # every hit of the run, saved or not
+        self.saved: list[Path] = []  # files written, oldest first (deleted ones included)
+        self.errors: list[str] = []  # save failures; a debugging aid never stops the run
+        self._periodic: list[Path] = []
+        self._flagged: list[Path] = []
+        self._pending: tuple[Snapshot, torch.nn.Module, dict[str, torch.nn.Module]] | None = None
+
+    def before_update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                      batch: Mapping[str, torch.Tensor],
+                      generators: dict[str, torch.Generator] | None = None,
+                      frozen: Mapping[str, torch.nn.Module | None] | None = None) -> None:
+        """Clone what the update is about to consume. Call right before the update's first RNG use.
+
+        `frozen` modules are only referenced here (the update must not change them); a frozen
+        module that *is* the model is skipped: its pre-update state is the model's.
+        """
+        if self.code is None:  # once: the code as loaded when the run began, before anyone edits it
+            self.code = _find_code(model)
+        snap = capture(step, model, optimizer, dict(batch), generators,
+                       config=self.config, meta=self.meta, code=self.code)
+        kept = {n: m for n, m in (frozen or {}).items() if m is not None and m is not model}
+        self._pending = (snap, model, kept)
+
+    def after_update(self, step: int, stats: Mapping[str, Any]) -> list[Hit]:
+        """Feed the step's logged statistics to the detectors; save the kept state if needed."""
+        if self._pending is None or self._pending[0].step != step:
+            kept = None if self._pending is None else self._pending[0].step
+            raise RuntimeError(f"after_update({step}) without a matching before_update (kept: {kept})")
+        snap, model, frozen = self._pending
+        self._pending = None
+        snap.stats = _plain(stats)
+        hits = self.detectors.update(step, snap.stats)
+        self.hits += hits
+        if hits or (self.every is not None and step % self.every == 0):
+            snap.hits = hits
+            snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
+            self._save(snap, model)
+        return hits
+
+    @contextmanager
+    def update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+               batch: Mapping[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
+               frozen: Mapping[str, torch.nn.Module | None] | None = None) -> Iterator[StepRecord]:
+        """`with hook.update(step, model, opt, batch) as rec: rec.log(train_step(...))`; hits in rec.hits."""
+        rec = StepRecord(step)
+        self.before_update(step, model, optimizer, batch, generators, frozen)
+        try:
+            yield rec
+        except BaseException:
+            self._pending = None  # a failed update has no statistics to record
+            raise
+        if rec.stats is None:
+            raise RuntimeError("call rec.log(stats) inside `with hook.update(...)`")
+        rec.hits = self.after_update(step, rec.stats)
+
+    def _save(self, snap: Snapshot, model: torch.nn.Module) -> None:
+        after = model.state_dict()  # live references: written out below, before training resumes
+        snap.post_update_sha256 = state_digest(after)
+        snap.update_norm = diff_norm(after, snap.model)
+        if self.keep_post_update:
+            snap.post_update = after
+        path = self.dir / snapshot_name(snap.step)
+        try:
+            save_snapshot(path, snap)
+        except (OSError, SnapshotError) as e:
+            self.errors.append(f"step {snap.step}: {e}")
+            warnings.warn(f"rlbisect: snapshot of step {snap.step} not saved: {e}", stacklevel=3)
+            return
+        self.saved.append(path)
+        for lst in (self._periodic, self._flagged):  # a re-saved step replaces its old entry
+            if path in lst:
+                lst.remove(path)
+        (self._flagged if snap.hits else self._periodic).append(path)
+        while len(self._periodic) > self.keep_last:
+            self._delete(self._periodic)
+        while len(self._periodic) + len(self._flagged) > self.max_snapshots:
+            self._delete(self._periodic if self._periodic else self._flagged)
+
+    def kept(self) -> list[Path]:
+        """The files this hook currently keeps on disk, by step."""
+        return sorted(self._periodic + self._flagged)
+
+    @staticmethod
+    def _delete(paths: list[Path]) -> None:
+        paths.pop(0).unlink(missing_ok=True)

@@ -1,0 +1,247 @@
+"""Putting a snapshot back into live objects, replaying its update, and judging the result.
+
+The generic half of `rlbisect replay`: restore model / optimizer / RNGs, compare recorded and
+replayed statistics, judge the parameters, render the verdict. Re-running a trainer's update is the
+trainer's glue (`REPLAYERS`: trainer name -> "module:function"), e.g. `rlbisect.tinyagent`:
+
+    snap = load_snapshot("snapshots/step-000005.pt")
+    report = judge(snap, replay_in_process(snap))      # runs the update with the installed code
+    print(render_report(report)); raise SystemExit(report.exit_code)
+
+A replayer takes `(snap, bug)` and returns a `Replayed`; it raises `ReplayError` when it cannot
+run at all (exit 2) and `UpdateRaised` when the trainer's own update raised (a difference: exit 1).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+
+from rlbisect.errors import InputError
+from rlbisect.metrics import is_timing
+from rlbisect.steps.capture import copy_tensors
+from rlbisect.steps.format import Snapshot
+
+REPLAYERS = {"reference_trainer": "rlbisect.tinyagent:replay_reference"}
+
+
+class ReplayError(InputError):
+    """The replay cannot run (unknown trainer, missing code, state that does not fit): exit 2."""
+
+
+class UpdateRaised(Exception):
+    """The trainer's update raised while replaying: the step no longer replays (exit 1)."""
+
+
+# --- restore ----------------------------------------------------------------------------------------
+
+def restore_model(snap: Snapshot, model: torch.nn.Module) -> None:
+    model.load_state_dict(snap.model)  # copies into the existing parameters
+
+
+def restore_optimizer(snap: Snapshot, optimizer: torch.optim.Optimizer) -> None:
+    if snap.optimizer is None:
+        raise ValueError("this snapshot holds no optimizer state")
+    # load_state_dict keeps same-dtype tensors by reference: clone so replay cannot edit the snapshot.
+    optimizer.load_state_dict(copy_tensors(snap.optimizer))
+
+
+def restore_rng(snap: Snapshot, generators: dict[str, torch.Generator] | None = None) -> None:
+    """Set the global torch RNG, Python `random`, and each named generator (names must match)."""
+    generators = generators or {}
+    if set(generators) != set(snap.rng.generators):
+        raise ValueError(f"generators {sorted(generators)} do not match the snapshot's "
+                         f"{sorted(snap.rng.generators)}")
+    if snap.rng.torch is not None:
+        torch.set_rng_state(snap.rng.torch.clone())
+    for name, g in generators.items():
+        g.set_state(snap.rng.generators[name].clone())
+    if snap.rng.python is not None:
+        random.setstate(snap.rng.python)
+
+
+def restore(snap: Snapshot, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+            generators: dict[str, torch.Generator] | None = None) -> None:
+    """Put model, optimizer and RNGs back to the state right before the recorded update."""
+    restore_model(snap, model)
+    if optimizer is not None:
+        restore_optimizer(snap, optimizer)
+    restore_rng(snap, generators)
+
+
+# --- compare ----------------------------------------------------------------------------------------
+
+class StatRow(NamedTuple):
+    name: str
+    recorded: Any
+    replayed: Any
+    abs_diff: float | None
+    ok: bool
+
+
+def _same(a: Any, b: Any, rtol: float, atol: float) -> tuple[float | None, bool]:
+    num = (int, float)
+    if not (isinstance(a, num) and isinstance(b, num)) or isinstance(a, bool) or isinstance(b, bool):
+        return None, a == b
+    a, b = float(a), float(b)
+    if math.isnan(a) or math.isnan(b):
+        return (0.0, True) if math.isnan(a) and math.isnan(b) else (math.nan, False)
+    if a == b:  # also covers equal infinities; -0.0 vs 0.0 differ in bits, so check the sign
+        return 0.0, rtol > 0 or atol > 0 or math.copysign(1, a) == math.copysign(1, b)
+    diff = abs(a - b)
+    return diff, diff <= atol + rtol * abs(a)
+
+
+def compare_stats(recorded: dict, replayed: dict, rtol: float = 0.0, atol: float = 0.0) -> list[StatRow]:
+    """One row per statistic (timing keys excluded); exact by default. A missing side is not ok."""
+    rows = []
+    for name in [*recorded, *(k for k in replayed if k not in recorded)]:
+        if is_timing(name):
+            continue
+        if name not in recorded or name not in replayed:
+            rows.append(StatRow(name, recorded.get(name), replayed.get(name), None, False))
+            continue
+        diff, ok = _same(recorded[name], replayed[name], rtol, atol)
+        rows.append(StatRow(name, recorded[name], replayed[name], diff, ok))
+    return rows
+
+
+def relative_diff(row: StatRow) -> float:
+    """|recorded - replayed| / max(|recorded|, |replayed|): the scale-free size of a move (inf if unknown)."""
+    if row.abs_diff is None or math.isnan(row.abs_diff):
+        return 0.0 if row.ok else math.inf
+    scale = max(abs(float(row.recorded)), abs(float(row.replayed)))
+    return 0.0 if row.abs_diff == 0 else (row.abs_diff / scale if scale else math.inf)
+
+
+# --- replay and judge ---------------------------------------------------------------------------------
+
+@dataclass
+class Replayed:
+    """What a trainer's replayer measured after re-running the saved update."""
+
+    stats: dict[str, Any]                  # exactly what the update returned
+    post_update_sha256: str
+    update_norm: float | None = None       # ||params after - params before||
+    update_diff_norm: float | None = None  # ||replayed after - recorded after|| (needs snap.post_update)
+    notes: list[str] = field(default_factory=list)
+
+
+def replay_in_process(snap: Snapshot, bug: str | None = None) -> Replayed:
+    """Re-run the snapshot's update with the trainer code importable here. `bug`: replayer-specific
+    override of the recorded fault switch ("none" for no fault), None keeps the recorded one."""
+    trainer = snap.config.get("trainer")
+    if trainer not in REPLAYERS:
+        known = ", ".join(REPLAYERS)
+        what = f"trainer {trainer!r}" if trainer else "no trainer (config has no 'trainer' key)"
+        raise ReplayError(f"snapshot names {what}; rlbisect replays {known} snapshots "
+                          "(replay your own with rlbisect.steps.replay.restore and your update)")
+    module, _, fn = REPLAYERS[trainer].partition(":")
+    return getattr(importlib.import_module(module), fn)(snap, bug)
+
+
+@dataclass
+class ReplayReport:
+    step: int
+    identical: bool
+    rows: list[StatRow]        # compared statistics, moved ones first (biggest relative move first)
+    not_replayed: list[str]    # recorded keys the update does not produce (rollout side, evaluation)
+    not_recorded: list[str]    # keys only the replay produced (a statistic added since): not compared
+    params: dict[str, Any]
+    notes: list[str]
+    error: str | None = None   # the update raised this
+    tolerance: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.identical else 1
+
+    @property
+    def moved(self) -> list[str]:
+        return [r.name for r in self.rows if not r.ok]
+
+
+def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, error: str | None = None,
+          notes: list[str] = ()) -> ReplayReport:
+    """Compare a replay with the recording. tolerance 0: bit-exact statistics and parameters;
+    X > 0: each statistic within X * (1 + |recorded|), the update within X * (1 + ||update||)."""
+    if replayed is None:  # the update raised: nothing to compare, and that is a difference
+        return ReplayReport(snap.step, False, [], [], [], {}, list(notes), error or "the update raised", tolerance)
+    # Only statistics on both sides count: a key a later commit adds or drops is listed, not a
+    # difference, so a bisect does not blame a commit for logging one more number.
+    common = [k for k in snap.stats if k in replayed.stats]
+    rows = compare_stats({k: snap.stats[k] for k in common}, {k: replayed.stats[k] for k in common},
+                         rtol=tolerance, atol=tolerance)
+    rows.sort(key=lambda r: (r.ok, -relative_diff(r)))  # stable: unmoved rows keep recorded order
+    not_replayed = [k for k in snap.stats if k not in replayed.stats and not is_timing(k) and k != "step"]
+    not_recorded = [k for k in replayed.stats if k not in snap.stats and not is_timing(k)]
+    rec_norm, rep_norm, dn = snap.update_norm, replayed.update_norm, replayed.update_diff_norm
+    equal = None if snap.post_update_sha256 is None else snap.post_update_sha256 == replayed.post_update_sha256
+    if tolerance == 0 or equal:
+        params_ok = equal is not False
+    elif dn is not None:
+        params_ok = dn <= tolerance * (1 + (rec_norm or 0.0))
+    else:
+        params_ok = rec_norm is None or rep_norm is None or abs(rec_norm - rep_norm) <= tolerance * (1 + rec_norm)
+    params = {"recorded_sha256": snap.post_update_sha256, "replayed_sha256": replayed.post_update_sha256,
+              "digest_equal": equal, "recorded_update_norm": rec_norm, "replayed_update_norm": rep_norm,
+              "update_diff_norm": dn, "ok": params_ok}
+    all_notes = [*notes, *replayed.notes]
+    if equal is None:
+        if not rows:
+            raise ReplayError("nothing to compare: no recorded statistic is produced by the update, "
+                              "and the snapshot records no post-update digest")
+        all_notes.append("the snapshot records no post-update digest: parameters not checked")
+    return ReplayReport(snap.step, all(r.ok for r in rows) and params_ok, rows, not_replayed, not_recorded,
+                        params, all_notes, None, tolerance)
+
+
+def report_json(report: ReplayReport) -> dict[str, Any]:
+    out = asdict(report)
+    out["rows"] = [dict(r._asdict(), rel_diff=relative_diff(r)) for r in report.rows]
+    return dict(out, moved=report.moved, exit_code=report.exit_code)
+
+
+def _num(v: Any) -> str:
+    return f"{v:.10g}" if isinstance(v, float) else "-" if v is None else repr(v)
+
+
+def render_report(report: ReplayReport) -> str:
+    """Recorded vs replayed, moved statistics first, then parameters, then the verdict line."""
+    lines = [f"replay of step {report.step}"]
+    lines += [f"note: {n}" for n in report.notes]
+    if report.error is not None:
+        return "\n".join([*lines, f"DIFFERS: the update raised: {report.error}"])
+    lines.append(f"  {'statistic':<16} {'recorded':>18} {'replayed':>18} {'|diff|':>10} {'rel':>9}")
+    for r in report.rows:
+        diff = "-" if r.abs_diff is None else f"{r.abs_diff:.3g}"
+        rel = relative_diff(r)
+        lines.append(f"{'  ' if r.ok else '* '}{r.name:<16} {_num(r.recorded):>18} {_num(r.replayed):>18} "
+                     f"{diff:>10} {'-' if math.isinf(rel) else f'{rel:.2e}':>9}")
+    p = report.params
+    same = {True: "identical", False: "DIFFERENT", None: "not recorded"}[p["digest_equal"]]
+    lines.append(f"parameters: post-update sha256 {same}"
+                 + (f"; update norm recorded {_num(p['recorded_update_norm'])}, "
+                    f"replayed {_num(p['replayed_update_norm'])}" if p["replayed_update_norm"] is not None else "")
+                 + (f"; ||replayed - recorded update|| = {p['update_diff_norm']:.3g}"
+                    if p["update_diff_norm"] is not None else ""))
+    if report.not_replayed:
+        lines.append("not replayed (rollout side or evaluation, not recomputed by the update): "
+                     + ", ".join(report.not_replayed))
+    if report.not_recorded:
+        lines.append("not recorded (only the replay produces them; not compared): " + ", ".join(report.not_recorded))
+    if report.identical:
+        how = "bit for bit" if report.tolerance == 0 else f"within tolerance {report.tolerance:g}"
+        lines.append(f"IDENTICAL: {len(report.rows)} statistics and the parameters match {how}")
+    else:
+        moved = [f"{r.name} ({'changed' if r.abs_diff is None else f'{relative_diff(r):.2g} rel'})"
+                 for r in report.rows if not r.ok]
+        lines.append(f"DIFFERS: {len(moved)} of {len(report.rows)} statistics moved"
+                     + (" (biggest first): " + ", ".join(moved) if moved else "")
+                     + ("" if p["ok"] else "; parameters differ"))
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+import pytest
+
+from rlbisect.check.adapter import AdapterError, TrainerAdapter, load_adapter
+
+
+def test_reference_adapter_loads_by_module_and_satisfies_the_protocol():
+    a = load_adapter("reference_trainer.adapter:make_adapter", episodes=16, seed=2, kl_coef=0.0, bug=None)
+    assert isinstance(a, TrainerAdapter) and a.episodes == 16
+
+
+def test_adapter_loads_from_a_file_path(tmp_path):
+    f = tmp_path / "my_adapter.py"
+    f.write_text("from reference_trainer.adapter import make_adapter as _m\n"
+                 "def factory(episodes=64):\n    return _m(episodes=episodes)\n")
+    assert load_adapter(f"{f}:factory", episodes=8).episodes == 8
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_colon_here", "MODULE:FACTORY"),
+    ("/nonexistent/a.py:f", "does not exist"),
+    ("surely_not_a_module_xyz:f", "cannot import"),
+    ("reference_trainer.adapter:nope", "no callable"),
+])
+def test_bad_specs_get_one_line_errors(spec, message):
+    with pytest.raises(AdapterError, match=message) as e:
+        load_adapter(spec)
+    assert "\n" not in str(e.value)
+
+
+def test_an_option_the_factory_ignores_is_an_error_when_set(tmp_path):
+    f = tmp_path / "a.py"
+    f.write_text("from reference_trainer.adapter import make_adapter as _m\ndef factory():\n    return _m()\n")
+    assert load_adapter(f"{f}:factory", bug=None) is not None
+    with pytest.raises(AdapterError, match="does not accept option 'bug'"):
+        load_adapter(f"{f}:factory", bug="sign_flip")
+
+
+def test_incomplete_adapter_and_failing_factory(tmp_path):
+    f = tmp_path / "b.py"
+    f.write_text("class A:\n    def policy(self): pass\ndef make(): return A()\n"
+                 "def boom(): raise RuntimeError('no GPU')\n"
+                 "raise_on_import = False\n")
+    with pytest.raises(AdapterError, match="without probe_batch"):
+        load_adapter(f"{f}:make")
+    with pytest.raises(AdapterError, match="RuntimeError: no GPU"):
+        load_adapter(f"{f}:boom")
+
+
+def test_a_file_inside_a_package_is_imported_as_part_of_it(monkeypatch):
+    """`reference_trainer/adapter.py` uses relative imports: it loads as reference_trainer.adapter."""
+    from pathlib import Path
+
+    import reference_trainer
+    monkeypatch.chdir(Path(reference_trainer.__file__).parents[1])
+    adapter = load_adapter("reference_trainer/adapter.py:make_adapter", episodes=8)
+    assert type(adapter).__module__ == "reference_trainer.adapter" and adapter.episodes == 8
+
+
+def test_a_module_in_the_current_folder_is_found_as_python_m_would(tmp_path, monkeypatch):
+    (tmp_path / "my_local_adapter.py").write_text(
+        "from reference_trainer.adapter import make_adapter as _m\n"
+        "def make_adapter(episodes=64):\n    return _m(episodes=episodes)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    assert load_adapter("my_local_adapter:make_adapter", episodes=8).episodes == 8
+
+
+def test_a_file_is_imported_once_per_process(tmp_path):
+    f = tmp_path / "counted.py"
+    f.write_text("import builtins\nbuiltins.rlbisect_loads = getattr(builtins, 'rlbisect_loads', 0) + 1\n"
+                 "from reference_trainer.adapter import make_adapter\n")
+    import builtins
+    load_adapter(f"{f}:make_adapter", episodes=8)
+    load_adapter(f"{f}:make_adapter", episodes=8, bug="sign_flip")
+    assert builtins.rlbisect_loads == 1
+
+
+def test_the_readmes_adapter_command_works_from_the_top_folder(monkeypatch):
+    import re
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from rlbisect.cli import app
+    root = Path(__file__).resolve().parents[2]
+    command = re.search(r"^    rlbisect check --adapter (reference_trainer/\S+)$",
+                        (root / "README.md").read_text(), re.M)
+    assert command, "the README shows how to check with the reference adapter file"
+    monkeypatch.chdir(root)
+    r = CliRunner().invoke(app, ["check", "--adapter", command[1], "--episodes", "16"])
+    assert r.exit_code == 0 and "all checks passed" in r.output, r.output

@@ -1,0 +1,133 @@
+"""`rlbisect promote`: the generated test passes on the current code and fails on faulted code (a
+real copy of reference_trainer with the advantages negated, first on PYTHONPATH); files are never
+overwritten without --force; the invariants that caught a bisected regression are asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import reference_trainer
+from rlbisect.cli import app
+from rlbisect.steps.promote import PromoteError, caught_by
+from rlbisect.steps.format import load_snapshot, save_snapshot
+
+DIRECTION = "update raises log pi where A > 0"
+GOOD_VALUES = {"mask = policy tokens": 0.0, "sampler = trainer log-prob": 9.5e-07,
+               "group advantage mean = 0": 2.98e-08, DIRECTION: 0.59, "KL to reference > 0 after a step": 0.012}
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("run")
+    res = cli("train", "--steps", "1", "--seed", "0", "--snapshot-dir", str(d), "--snapshot-every", "1")
+    assert res.exit_code == 0, res.output
+    return d / "step-000000.pt"
+
+
+def bisect_report(path: Path, reason: str = f"FAILED: {DIRECTION}", **bad_extra) -> Path:
+    """A report as `rlbisect run --json` writes it (the keys promote reads)."""
+    bad = {"commit": "b" * 40, "verdict": "bad", "values": dict(GOOD_VALUES, **{DIRECTION: -0.59}),
+           "reason": reason, **bad_extra}
+    doc = {"good": "a" * 40, "bad": "c" * 40, "first_bad": "b" * 40, "status": "found",
+           "probes": [{"commit": "a" * 40, "verdict": "good", "values": GOOD_VALUES, "reason": "exit 0"}, bad]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def pytest_in(folder: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder)],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def faulted_copy(root: Path) -> Path:
+    """reference_trainer with the GRPO advantages negated, in the code itself (no switch)."""
+    shutil.copytree(Path(reference_trainer.__file__).parent, root / "reference_trainer",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    losses = root / "reference_trainer" / "losses.py"
+    src = losses.read_text()
+    assert src.count("    return adv.flatten()") == 1
+    losses.write_text(src.replace("    return adv.flatten()", "    return -adv.flatten()"))
+    return root
+
+
+def test_generated_test_passes_on_current_code_and_fails_on_the_fault(snapshot, tmp_path):
+    tests = tmp_path / "tests" / "regressions"
+    refused = cli("promote", str(snapshot), "--to", str(tests))   # creates one folder level at most
+    assert refused.exit_code == 2 and "folder" in refused.output and not tests.parent.exists()
+    tests.parent.mkdir()
+    res = cli("promote", str(snapshot), "--to", str(tests), "--report", str(bisect_report(tmp_path / "b.json")))
+    assert res.exit_code == 0, res.output
+    test_file, copy = tests / "test_replay_step_000000.py", tests / "snapshots" / "step-000000.pt"
+    assert f"wrote {test_file}" in res.output and copy.read_bytes() == snapshot.read_bytes()
+    assert f"invariants: {DIRECTION} (named in the first bad probe's reason)" in res.output
+    text = test_file.read_text()
+    assert "TOLERANCE = 0.0" in text and f'CAUGHT_BY = [\n    "{DIRECTION}",' in text
+    assert f'"loss": {load_snapshot(snapshot).stats["loss"]!r},' in text  # recorded, exactly
+
+    passed = pytest_in(tests)
+    assert passed.returncode == 0 and "2 passed" in passed.stdout, passed.stdout + passed.stderr
+
+    failed = pytest_in(tests, pythonpath=faulted_copy(tmp_path / "faulted"))
+    out = failed.stdout
+    assert failed.returncode == 1 and "2 failed" in out, out + failed.stderr
+    assert "DIFFERS" in out and "invariants failing again" in out and DIRECTION in out
+
+
+def test_never_overwrites_without_force(snapshot, tmp_path):
+    tests = tmp_path / "t"
+    assert cli("promote", str(snapshot), "--to", str(tests)).exit_code == 0
+    test_file = tests / "test_replay_step_000000.py"
+    assert "CAUGHT_BY" not in test_file.read_text()  # no report: the replay test alone
+    test_file.write_text("# the user's own edits\n")
+    res = cli("promote", str(snapshot), "--to", str(tests))
+    assert res.exit_code == 2 and "already exist" in res.output and "--force" in res.output
+    assert test_file.read_text() == "# the user's own edits\n"
+    assert cli("promote", str(snapshot), "--to", str(tests), "--force").exit_code == 0
+    assert "def test_replay_step_000000" in test_file.read_text()
+
+
+def test_refusals_write_nothing(snapshot, tmp_path):
+    tests = tmp_path / "t"
+    bad = tmp_path / "step-000000.pt"
+    bad.write_bytes(snapshot.read_bytes()[:-7])
+    drifted = load_snapshot(snapshot)
+    drifted.stats["loss"] += 1.0  # a recording the current code does not reproduce
+    (tmp_path / "drifted").mkdir()
+    drifted_path = save_snapshot(tmp_path / "drifted" / "step-000000.pt", drifted)
+    no_find = tmp_path / "nofind.json"
+    no_find.write_text(json.dumps({"first_bad": None, "probes": []}))
+    for args, code, text in [
+        ([str(bad)], 2, "truncated"),
+        ([str(drifted_path)], 1, "does not replay on the current code (moved: loss)"),
+        ([str(snapshot), "--report", str(no_find)], 2, "no first bad commit"),
+        ([str(snapshot), "--report", str(tmp_path / "missing.json")], 2, "missing.json"),
+        ([str(snapshot), "--invariant", "no such check"], 2, "unknown invariant"),
+    ]:
+        res = cli("promote", *args, "--to", str(tests))
+        assert res.exit_code == code and text in res.output and res.output.count("\n") == 1, (args, res.output)
+    assert not tests.exists()
+
+
+def test_caught_by_prefers_the_reason_then_moved_values(tmp_path):
+    def doc(**kw):
+        return json.loads(bisect_report(tmp_path / "r.json", **kw).read_text())
+    assert caught_by(doc())[0] == [DIRECTION]
+    names, how = caught_by(doc(reason="exit 1"))
+    assert names == [DIRECTION] and "moved" in how
+    with pytest.raises(PromoteError):
+        caught_by({"first_bad": "b" * 40, "probes": [{"commit": "b" * 40, "verdict": "good"}]})
