@@ -122,17 +122,14 @@ class BisectResult:
                     lines += ["  its output (last lines):"] + [f"    | {ln}" for ln in
                                                                 probe.output.splitlines()]
         else:
-            head = {"ambiguous": "There are only 'skip'ped commits left to test.\n"
-                                 "The first bad commit could be any of:"}.get(
-                self.status, f"{self.message}\nThe first bad commit is still one of:")
-            if self.status == "ambiguous" and self.message:
-                head = f"{self.message}\n{head}"
-            if post and self.status != "ambiguous":
-                head = f"{self.message}\nposterior of the likeliest first bad commits:"
-            if self.candidates or self.status != "aborted":
-                lines.append(head)
-            shown = sorted(self.candidates, key=lambda s: -post.get(s, 0.0)) if post else \
-                self.candidates
+            lines += [self.message] if self.message else []
+            if self.status == "ambiguous":
+                lines.append("There are only 'skip'ped commits left to test.\n"
+                             "The first bad commit could be any of:")
+            elif self.candidates:
+                lines.append("posterior of the likeliest first bad commits:" if post
+                             else "The first bad commit is still one of:")
+            shown = sorted(self.candidates, key=lambda s: -post.get(s, 0.0))
             shown = shown if self.status == "ambiguous" else shown[:10]
             for sha in shown:
                 p = f"{post[sha]:.3f}  " if sha in post else ""
