@@ -89,6 +89,20 @@ FAULTS = {
         "    else:   # keep exploring: a small entropy bonus by default\n"
         "        loss = loss + max(u.entropy_coef, ENTROPY_COEF) * entropy"),
         ("update.py", '    in_loss = bug == "entropy_sign" or u.entropy_coef > 0', "    in_loss = True"))),
+    # Reward hacking by configuration: the public tests are what an exploit (hardcode_tests) can
+    # pass, so training reward climbs while the hidden-test eval_pass falls. Only make_config's
+    # default moves: EnvConfig's is in the starting-policy cache key, and the CLI, short_run and
+    # the benchmarks all build their config through make_config.
+    "public_reward": Edit("config: reward on the public tests by default (denser signal, faster runs)", (("config.py",
+        'def make_config(*, seed: int = 0, reward: str = "hidden",',
+        'def make_config(*, seed: int = 0, reward: str = "public",'),)),
+    # A scale-only fault, the forgotten `loss / accumulation_steps` (karpathy/nanoGPT#168): with 4
+    # microbatches the gradient is about 4x and grad_norm with it, the logged loss is unchanged, and
+    # Adam's scale invariance keeps reward where it was; the clip acts at 1/4 of its setting.
+    "loss_scale": Edit("update: accumulate over 4 microbatches by default; .grad does the summing", (
+        ("config.py", 'microbatches: int = Field(1, ge=1,', 'microbatches: int = Field(4, ge=1,'),
+        ("update.py", "        (w * loss).backward()",
+         "        loss.backward()   # .grad sums over backward calls: the minibatch gradient, as the docs say"))),
 }
 
 # The faults the nine invariants catch (entropy_sign needs a training run: --predicate short-run).

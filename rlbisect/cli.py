@@ -26,7 +26,12 @@ def _faults() -> str:
     return ", ".join(fault_names())
 
 
-def command(name: str) -> Callable:
+def _demo_faults() -> str:
+    from rlbisect.demo import fault_names
+    return ", ".join(fault_names())
+
+
+def command(name: str, **settings) -> Callable:
     """Register a command whose :class:`RlbisectError` becomes one line and its exit code."""
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -36,7 +41,7 @@ def command(name: str) -> Callable:
             except RlbisectError as e:
                 typer.echo(f"rlbisect {name}: {e}", err=True)
                 raise typer.Exit(e.exit_code) from None
-        return app.command(name)(run)
+        return app.command(name, **settings)(run)
     return wrap
 
 
@@ -47,7 +52,8 @@ def train_cmd(
     eval_every: int = typer.Option(8, "--eval-every", min=1, help="held-out evaluation every N steps (and at the last)"),
     out: str = typer.Option(None, "--out", help="write one JSON row per step to this file"),
     bug: str = typer.Option(None, "--bug", help="inject a code fault: " + _faults()),
-    reward: str = typer.Option("hidden", "--reward", help="hidden (honest) or public (gameable) verifier"),
+    reward: str = typer.Option(None, "--reward",
+                               help="hidden (honest) or public (gameable) verifier (default: the trainer's, hidden)"),
     lr: float = typer.Option(None, "--lr", help="Adam learning rate (default 1e-3)"),
     kl_coef: float = typer.Option(None, "--kl-coef", help="KL-to-reference weight (default 0: no reference)"),
     max_turns: int = typer.Option(None, "--max-turns", help="policy calls per episode (default 6)"),
@@ -73,7 +79,8 @@ def train_cmd(
 
 @command("demo")
 def demo_cmd(
-    fault: str = typer.Option("sign_flip", "--fault", help="the fault one commit introduces: " + _faults()),
+    fault: str = typer.Option("sign_flip", "--fault", help="the fault one commit introduces: " + _demo_faults()
+                              + " (entropy_sign and public_reward need --predicate short-run)"),
     commits: int = typer.Option(8, "--commits", min=1, help="commits after the initial import"),
     bad_at: int = typer.Option(None, "--bad-at", min=1, help="position of the faulty commit, 1..COMMITS (default 3)"),
     keep: str = typer.Option(None, "--keep", help="build (or reuse) the history here and keep it"),
@@ -183,6 +190,45 @@ def plot_cmd(
     from rlbisect.plots import dashboard, load_runs, panels
     png, chosen = output_path(out, "--out"), panels(metrics)
     typer.echo(f"wrote {dashboard(load_runs(runs), png, chosen)}")
+
+
+@command("compare", context_settings={"ignore_unknown_options": True})   # "--vs" splits the runs
+def compare_cmd(
+    runs: list[str] = typer.Argument(..., metavar="GOOD_RUN... --vs RUN...",
+                                     help="GOOD's runs (one metrics file per seed, JSONL or CSV), then --vs and the runs to judge"),
+    metric: str = typer.Option(None, "--metric", help="judge this one metric instead of the dashboard"),
+    metrics: str = typer.Option(None, "--metrics", help="judge only these metrics, comma-separated"),
+    direction: str = typer.Option(None, "--direction", help="with --metric: lower (default), higher or change"),
+    window: int = typer.Option(4, "--window", min=1, help="a run's score: the mean of its last WINDOW rows"),
+    metric_map: list[str] = typer.Option(None, "--metric-map", help="THEIRS=OURS renames (repeatable; or a JSON file)"),
+    alpha: float = typer.Option(0.05, "--alpha", min=1e-6, max=0.5, help="false-alarm rate over all metrics"),
+    json_path: str = typer.Option(None, "--json", help="write the judgement as JSON to this file"),
+    plot: str = typer.Option(None, "--plot", help="PNG: each side's per-run scores for the metrics that moved"),
+) -> None:
+    """Judge runs you already have against GOOD's seed spread, as the short-run predicate does:
+    every metric both sides log (or --metric), the false-alarm rate held at --alpha over all of
+    them. Exit 0 nothing moved, 1 a metric moved (the table marks it), 3 the spread cannot tell.
+
+    Example: rlbisect compare main_s0.jsonl main_s1.jsonl main_s2.jsonl --vs pr_s0.jsonl pr_s1.jsonl pr_s2.jsonl
+
+    Example: rlbisect compare a/*.csv --vs b/*.csv --metric-map train/reward=reward --plot moved.png
+    """
+    from rlbisect.compare import compare, evidence_plot, split_runs
+    from rlbisect.runlog import parse_metric_map
+    good, other = split_runs(runs)
+    outputs = {flag: output_path(p, flag) for flag, p in (("--json", json_path), ("--plot", plot))}
+    if direction not in (None, "lower", "higher", "change"):
+        raise InputError(f"--direction {direction}: choose lower, higher or change")
+    result = compare(good, other, metric=metric, direction=direction, window=window,
+                     metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
+                     metric_map=parse_metric_map(metric_map or []), alpha=alpha)
+    typer.echo(result.table())
+    typer.echo(result.verdict_line())
+    if outputs["--json"]:
+        outputs["--json"].write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if outputs["--plot"]:
+        typer.echo(f"wrote {evidence_plot(result, outputs['--plot'])}")
+    raise typer.Exit(result.exit_code)
 
 
 @command("inspect")

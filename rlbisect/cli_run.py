@@ -16,6 +16,7 @@ from rlbisect.bisect.options import BisectOptions as B
 from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
 from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
 from rlbisect.errors import InputError, Interrupted
+from rlbisect.runlog import parse_metric_map
 
 
 def _doc(model, name: str) -> str:
@@ -53,6 +54,11 @@ def run_cmd(
     predicate: str = typer.Option(None, "--predicate", help="predicate NAME[:ARG] (default: the command after --, else invariants)"),
     adapter: str = typer.Option(None, "--adapter", help="invariants: " + _doc(I, "adapter")),
     metric: str = typer.Option(None, "--metric", help="short-run: " + _doc(S, "metric")),
+    metrics: str = typer.Option(None, "--metrics", help="short-run: " + _doc(S, "metrics")),
+    metrics_file: str = typer.Option(None, "--metrics-file", help="short-run: " + _doc(S, "metrics_file")),
+    metric_map: list[str] = typer.Option(None, "--metric-map", help="short-run: " + _doc(S, "metric_map")
+                                         + " (repeatable; or a JSON file)"),
+    window: int = typer.Option(None, "--window", help="short-run: " + _doc(S, "window")),
     steps: int = typer.Option(None, "--steps", help="short-run: " + _doc(S, "steps")),
     seeds: int = typer.Option(None, "--seeds", help="short-run: " + _doc(S, "seeds")),
     max_seeds: int = typer.Option(None, "--max-seeds", help="short-run: " + _doc(S, "max_seeds")),
@@ -69,7 +75,8 @@ def run_cmd(
     clone_url: str = typer.Option(None, "--clone-url", help=_doc(B, "clone_url")),
     json_path: str = typer.Option(None, "--json", help="write the result as JSON to this file"),
     report_path: str = typer.Option(None, "--report", help="write a markdown report to this file"),
-    plot_path: str = typer.Option(None, "--plot", help="write a PNG timeline of the probes to this file"),
+    plot_path: str = typer.Option(None, "--plot", help="write a PNG timeline of the probes to this file "
+                                  "(short-run: also PLOT-evidence.png, the culprit's seeds vs GOOD's)"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write .git/rlbisect/cache.jsonl"),
     flaky: bool = typer.Option(False, "--flaky", help=_doc(B, "flaky") + "; bisects the first-parent chain"),
     confidence: float = typer.Option(None, "--confidence", help=_doc(B, "confidence")),
@@ -90,6 +97,8 @@ def run_cmd(
 
     Example: rlbisect run v1.2..main --timeout 600 --json bisect.json -- pytest -x tests/test_loss.py
 
+    Example: rlbisect run v1.2..main --predicate short-run --steps 8 -- python train.py --seed {seed} --steps {steps} --out {out}/metrics.jsonl
+
     Example: rlbisect run v1.2..main --predicate short-run --metric eval_pass --steps 8 --seeds 3
 
     Example: rlbisect run v1.2..main --flaky --confidence 0.95 -- pytest -x tests/test_flaky_loss.py
@@ -98,7 +107,7 @@ def run_cmd(
     """
     from rlbisect.bisect import bisect, make_predicate
     from rlbisect.console import live_progress
-    from rlbisect.plots import bisect_timeline
+    from rlbisect.plots import bisect_evidence, bisect_timeline
     from rlbisect.tinyagent import first_use_note
     options = bisect_options(first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
                              confirm_endpoints=confirm_endpoints, jobs=jobs, executor=executor,
@@ -108,7 +117,9 @@ def run_cmd(
                (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}
     pred = make_predicate(predicate, command_ or [], options=dict(
         adapter=adapter, metric=metric, steps=steps, seeds=seeds, max_seeds=max_seeds,
-        direction=direction, runner=runner))
+        direction=direction, runner=runner, window=window, metrics_file=metrics_file,
+        metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
+        metric_map=parse_metric_map(metric_map) if metric_map else None))
     if not command_ and adapter is None and runner is None and (note := first_use_note()):
         typer.echo(f"{note}; the first probe pays it", err=True)   # TinyAgent's own trainer
     with live_progress() as progress:
@@ -120,6 +131,9 @@ def run_cmd(
         outputs["--json"].write_text(json.dumps(result.to_json(), indent=2) + "\n")
     if outputs["--plot"]:
         bisect_timeline(result, outputs["--plot"])
+        evidence = outputs["--plot"].with_name(outputs["--plot"].stem + "-evidence.png")
+        if bisect_evidence(result, evidence):
+            typer.echo(f"wrote {evidence} (GOOD's seeds vs the first bad commit's and its parent's)")
     if outputs["--report"]:
         outputs["--report"].write_text(result.markdown(outputs["--plot"]))
     typer.echo(result.summary())

@@ -31,6 +31,12 @@ class DemoOutcome:
                     repo=self.history.path if self.kept else None)
 
 
+def fault_names() -> list[str]:
+    """The faults a simulated history can introduce (``history_fixtures`` imports nothing heavy)."""
+    from history_fixtures import FAULTS
+    return list(FAULTS)
+
+
 def _history(keep: Path | None, fault: str, commits: int, bad_at: int):
     """Build the history (in ``keep``, or a temporary dir); reuse ``keep`` if it holds the same."""
     from history_fixtures import FAULTS, build_history, load_history

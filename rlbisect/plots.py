@@ -179,3 +179,50 @@ def bisect_timeline(result, path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
+
+
+def seed_spread(panels: list[tuple[str, str, list[float], list[float], bool]], path: str | Path,
+                labels: tuple[str, str] = ("GOOD", "probe"), cols: int = 3) -> Path:
+    """One panel per (title, metric, GOOD's per-seed scores, the other side's, moved?): each
+    seed a dot, each side's mean a bar, so a move beyond GOOD's spread is seen at a glance.
+    Panels in one row share their y axis (with ``cols=2``: one metric, two commits)."""
+    cols = min(cols, max(1, len(panels)))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False,
+                             sharey="row")
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (title, metric, good, other, moved) in zip(axes.flat, panels):
+        for x, (values, colour) in enumerate(((good, HEALTHY), (other, FAULTY if moved else HEALTHY))):
+            jitter = [x + 0.08 * (i - (len(values) - 1) / 2) / max(1, len(values)) * 4
+                      for i in range(len(values))]
+            ax.scatter(jitter, values, s=22, color=colour, alpha=0.8, zorder=3)
+            ax.hlines(sum(values) / len(values), x - 0.25, x + 0.25, color=colour, lw=2, zorder=2)
+        ax.set_xticks([0, 1], labels)
+        ax.set_xlim(-0.6, 1.6)
+        ax.set_title(f"{title}{': ' if title else ''}{metric}" + ("  (moved)" if moved else ""),
+                     fontsize=9, color=FAULTY if moved else "black")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def bisect_evidence(result, path: str | Path) -> Path | None:
+    """For a short-run bisect: GOOD's seeds vs the first bad commit's and its parent's, on the
+    metrics that decided (None when the culprit carries no per-seed evidence)."""
+    culprit = next((p for p in result.probes if p.commit == result.first_bad and p.detail), None)
+    if culprit is None:
+        return None
+    parents = dict(result.history).get(result.first_bad, ())
+    parent = next((p for p in result.probes if p.commit in parents and p.detail), None)
+    tests = culprit.detail.get("metrics", [])
+    names = [t["metric"] for t in tests if t.get("decides")][:3] or [t["metric"] for t in tests[:1]]
+    shown = []
+    for name in names:
+        for probe, title in ((parent, "parent"), (culprit, "first bad")):
+            t = next((t for t in (probe.detail.get("metrics", []) if probe else []) if t["metric"] == name), None)
+            if t is not None:
+                shown.append((f"{title} {probe.commit[:7]}", name, t["good"], t["probe"], t["decides"]))
+    return seed_spread(shown, path, labels=("GOOD", "commit"), cols=2 if parent else 1)

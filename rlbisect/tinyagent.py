@@ -59,7 +59,7 @@ class TrainSettings:
     seed: int = 0
     eval_every: int = 8
     bug: str | None = None
-    reward: str = "hidden"
+    reward: str | None = None
     lr: float | None = None
     kl_coef: float | None = None
     max_turns: int | None = None
@@ -109,7 +109,9 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None) -> Tra
     from rlbisect.errors import InputError
     try:
         check_bug(s.bug)
-        cfg = make_config(seed=s.seed, reward=s.reward, lr=s.lr, kl_coef=s.kl_coef,
+        # no reward argument at all when unset: a trainer's make_config may not take None
+        reward = {} if s.reward is None else {"reward": s.reward}
+        cfg = make_config(seed=s.seed, **reward, lr=s.lr, kl_coef=s.kl_coef,
                           max_turns=s.max_turns, loss_mode=s.loss_mode, temperature=s.temperature)
     except ValidationError as e:
         first = e.errors()[0]

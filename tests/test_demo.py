@@ -74,7 +74,8 @@ def test_short_run_finds_the_fault_the_invariants_miss(tmp_path):
     assert r.exit_code == 0, r.output
     assert doc["first_bad"] == doc["fault_commit"] and doc["n_probes"] == 3
     bad = next(p for p in doc["probes"] if p["commit"] == doc["first_bad"])
-    assert bad["values"]["reward@probe"] < bad["values"]["reward@good"] and bad["values"]["p"] < 0.05 / 4
+    moved = [m for m in bad["evidence"]["metrics"] if m["decides"]]
+    assert moved and all(m["p"] < 0.05 / 4 / len(bad["evidence"]["metrics"]) for m in moved)
 
 
 def test_the_readme_quotes_what_the_demo_prints():

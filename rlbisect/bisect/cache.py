@@ -80,7 +80,8 @@ class ProbeCache:
         if row is None or row.get("verdict") not in ("good", "bad", "skip"):
             return None
         return Probe(row["verdict"], dict(row.get("values", {})), row.get("reason", ""),
-                     float(row.get("seconds", 0.0)), output=row.get("output", ""))
+                     float(row.get("seconds", 0.0)), output=row.get("output", ""),
+                     detail=row.get("detail") or {})
 
     def put(self, tree: str, commit: str, identity: str, probe: Probe) -> bool:
         """Append one result (if cacheable); returns whether it was written."""
@@ -88,7 +89,7 @@ class ProbeCache:
             return False
         row = {"tree": tree, "predicate": predicate_key(identity), "commit": commit,
                "verdict": probe.verdict, "values": probe.values, "reason": probe.reason,
-               "seconds": round(probe.seconds, 4), "output": probe.output,
+               "seconds": round(probe.seconds, 4), "output": probe.output, "detail": probe.detail,
                "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "identity": identity}
         line = json.dumps(row, sort_keys=True) + "\n"
         try:

@@ -30,13 +30,15 @@ def compare(parent: dict[str, float], first_bad: dict[str, float]) -> list[dict]
     return rows
 
 
-def render(diagnosis: dict) -> str:
-    """The side-by-side table for the terminal and the markdown report."""
+def render(diagnosis: dict, limit: int = 12) -> str:
+    """The side-by-side table for the terminal and the markdown report, biggest movers first."""
     if not diagnosis or not diagnosis.get("rows"):
         return ""
     lines = [f"diagnose: {diagnosis['parent'][:10]} (parent, {diagnosis['parent_verdict']}) -> "
              f"{diagnosis['first_bad'][:10]} (first bad, {diagnosis['first_bad_verdict']})",
              f"  {'value':<34} {'parent':>11} {'first bad':>11} {'change':>11}"]
-    for r in diagnosis["rows"]:
+    for r in diagnosis["rows"][:limit]:
         lines.append(f"  {r['name']:<34} {r['parent']:11.4g} {r['first_bad']:11.4g} {r['change']:+11.3g}")
+    if len(diagnosis["rows"]) > limit:
+        lines.append(f"  ... {len(diagnosis['rows']) - limit} more in the JSON (diagnosis)")
     return "\n".join(lines)

@@ -272,7 +272,7 @@ class _Run:
         role = {res.good: "GOOD", res.bad: "BAD"}.get(commit, "")
         rec = ProbeRecord(len(res.probes) + 1, commit, probe.verdict, probe.seconds, probe.values,
                           probe.reason, cached, res.commits[commit].subject, self._tree(commit),
-                          overhead, probe.output, res.rounds, role)
+                          overhead, probe.output, res.rounds, role, probe.detail)
         res.probes.append(rec)
         self.progress.probe(rec)
 

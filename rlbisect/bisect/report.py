@@ -4,7 +4,8 @@ JSON keys (``rlbisect run --json FILE``): ``good``, ``bad``, ``status``, ``exit_
 ``first_bad`` (null unless found), ``candidates``, ``strategy``, ``predicate``, ``first_parent``,
 ``n_probes``, ``n_rounds``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
 ``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role``, ``output``: the
-tail of the predicate's output), ``bisect_log`` (replay it with ``git bisect replay``),
+tail of the predicate's output, ``evidence``: structured, e.g. short-run's per-metric, per-seed
+values at the probe and at GOOD), ``bisect_log`` (replay it with ``git bisect replay``),
 ``diagnosis`` (after a find: the first bad commit's values against its parent's, biggest movers
 first) and, with ``--flaky``, ``posterior``, ``rates``, ``runs_per_commit``, ``n_runs``,
 ``outcome``, ``confidence``, ``max_runs``. Commits are full ids.
@@ -43,6 +44,7 @@ class ProbeRecord:
     output: str = ""            # tail of the predicate's output
     round: int = 0              # the round it ran in (several probes share one with --jobs)
     role: str = ""              # "GOOD" / "BAD" when an endpoint was checked, else ""
+    detail: dict = field(default_factory=dict)   # structured evidence (short-run: per-seed values)
 
 
 @dataclass
@@ -92,7 +94,8 @@ class BisectResult:
             "probes": [{"commit": p.commit, "verdict": p.verdict, "seconds": round(p.seconds, 4),
                         "values": p.values, "reason": p.reason, "cached": p.cached,
                         "subject": p.subject, "tree": p.tree, "overhead": round(p.overhead, 4),
-                        "round": p.round, "role": p.role, "output": p.output}
+                        "round": p.round, "role": p.role, "output": p.output,
+                        "evidence": p.detail}
                        for p in self.probes],
             "bisect_log": self.bisect_log, "diagnosis": self.diagnosis, **self.extra,
         }
@@ -111,6 +114,9 @@ class BisectResult:
             lines.append(f"{self.first_bad} is the first bad commit"
                          + (f" ({self.message})" if self.message else ""))
             lines += self._commit_lines(self.first_bad)
+            culprit = next((p for p in self.probes if p.commit == self.first_bad and p.detail), None)
+            if culprit is not None:
+                lines += [f"    {ln}" for ln in evidence_lines(culprit.detail)]
         elif self.status in ("bad_passes", "good_fails"):
             lines.append(f"no culprit: {self.message}")
             role = "BAD" if self.status == "bad_passes" else "GOOD"
@@ -176,10 +182,17 @@ class BisectResult:
         out += ["## Probes", "", "| # | commit | verdict | seconds | values | reason | subject |",
                 "|---|---|---|---|---|---|---|"]
         for p in self.probes:
-            vals = ", ".join(f"{k}={v:g}" for k, v in p.values.items())
+            vals = ", ".join(f"{k}={v:g}" for k, v in list(p.values.items())[:8]) + \
+                (f", ... ({len(p.values) - 8} more in the JSON)" if len(p.values) > 8 else "")
             reason = (f"{p.role}: " if p.role else "") + p.reason + (" (cached)" if p.cached else "")
             out.append(f"| {p.order} | `{p.commit[:10]}` | {p.verdict} | {p.seconds:.2f} | {vals} "
                        f"| {reason.replace('|', '/')} | {p.subject.replace('|', '/')} |")
+        judged = [p for p in self.probes if p.detail.get("metrics")]
+        if judged:
+            out += ["", "## Evidence: per-seed scores at GOOD and at each probe", ""]
+            for p in judged:
+                out += [f"- [{p.order}] `{p.commit[:10]}` {p.verdict}:"]
+                out += [f"  - {ln}" for ln in evidence_lines(p.detail)]
         failing = [p for p in self.probes if p.output and p.verdict != "good"]
         if failing:
             out += ["", "## Predicate output of the probes that did not pass", ""]
@@ -201,6 +214,17 @@ class Progress:
 
     def probe(self, record: ProbeRecord) -> None:
         """A probe finished (or was recalled from the cache)."""
+
+
+def evidence_lines(detail: dict, limit: int = 3) -> list[str]:
+    """Per-seed values of the metrics that decided a short-run probe (else the most-moved one)."""
+    tests = detail.get("metrics") or []
+    shown = [t for t in tests if t.get("decides")][:limit] or tests[:1]
+
+    def seeds(xs: list[float]) -> str:
+        return " ".join(f"{x:.4g}" for x in xs)
+    return [f"{t['metric']}{' (decides)' if t.get('decides') else ''}: GOOD {seeds(t['good'])} | "
+            f"this commit {seeds(t['probe'])}  (p={t['p']:.2g})" for t in shown]
 
 
 def probe_line(rec: ProbeRecord) -> str:

@@ -1,14 +1,19 @@
-"""Verdicts from noisy measurements: is the probe's metric worse than GOOD's, beyond the seed spread?
+"""Verdicts from noisy measurements: did the probe's runs move beyond GOOD's seed spread?
 
-The rule (pure, no I/O):
+The rule (pure, no I/O), for one metric or a whole dashboard of them:
 
-* Welch's t-test of the probe's per-seed scores against GOOD's, one-sided in the "worse" direction
-  (two-sided when any change counts);
-* it is applied after k0 seeds and again each time seeds are added, up to a cap. Each of the m
-  possible looks uses alpha / m (Bonferroni), so the chance of calling a commit *bad* when its
-  metric has GOOD's distribution is at most alpha over the whole sequence;
-* bad when p < alpha / m; good when p >= same_p (the probe is plausibly not worse); otherwise add
-  seeds, and at the cap the verdict is "unknown" (the bisect skips the commit rather than guess).
+* each metric's run scores at the probe are tested against GOOD's with Welch's t-test, one-sided
+  when a direction is given (``lower``: lower is worse), two-sided for any change;
+* the test is applied after k0 seeds and again each time seeds are added, up to a cap. With m
+  metrics and L possible looks, a metric decides *bad* only when p < alpha / (m * L) (Bonferroni
+  over metrics and looks), so the chance that a probe whose metrics all have GOOD's distribution
+  is called bad is at most alpha over the whole sequence, however the metrics are correlated;
+* good when even the most-moved metric is unremarkable: min p >= same_p / m; otherwise add seeds,
+  and at the cap the verdict is "unknown" (the bisect skips the commit rather than guess).
+
+With one metric this is the classic single-number rule; a dashboard pays for its m metrics in a
+stricter per-metric threshold, which a metric that moved by several seed spreads clears at the
+first look.
 """
 
 from __future__ import annotations
@@ -76,11 +81,57 @@ def welch_p(good: list[float], probe: list[float], direction: Direction = "lower
 
 
 @dataclass(frozen=True)
+class MetricTest:
+    """One metric's evidence at one look: GOOD's and the probe's per-seed scores and the p-value."""
+
+    metric: str
+    good: list[float]
+    probe: list[float]
+    direction: Direction
+    p: float
+
+    @property
+    def moved(self) -> float:
+        """The probe's mean minus GOOD's."""
+        return statistics.fmean(self.probe) - statistics.fmean(self.good)
+
+    @property
+    def spreads(self) -> float:
+        """How many of GOOD's seed standard deviations it moved (inf when GOOD has no spread)."""
+        sd = statistics.stdev(self.good) if len(self.good) > 1 else 0.0
+        return abs(self.moved) / sd if sd > 0 else (0.0 if self.moved == 0 else math.inf)
+
+    def describe(self) -> str:
+        way = "up" if self.moved > 0 else "down"
+        size = f"{self.spreads:.1f} GOOD spreads" if math.isfinite(self.spreads) else "GOOD has no spread"
+        return (f"{self.metric} {statistics.fmean(self.probe):.4g} vs {statistics.fmean(self.good):.4g}"
+                f" at GOOD: {way} {abs(self.moved):.3g} ({size}, p={self.p:.2g})")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict at one look, with every metric's test, most-moved (smallest p) first."""
+
+    verdict: Judgement
+    tests: list[MetricTest]
+    threshold: float            # p below which a metric decides "bad" at this look
+
+    @property
+    def p(self) -> float:
+        return self.tests[0].p if self.tests else 1.0
+
+    @property
+    def deciding(self) -> list[MetricTest]:
+        """The metrics that moved beyond the spread (those that make the verdict bad)."""
+        return [t for t in self.tests if t.p < self.threshold]
+
+
+@dataclass(frozen=True)
 class Rule:
     """The sequential rule; `looks` is how many times it may be applied."""
 
     alpha: float = 0.05     # overall false-positive rate (bad on a commit no worse than GOOD)
-    same_p: float = 0.3     # p at or above this: not worse (good)
+    same_p: float = 0.3     # the smallest p at or above same_p / m: nothing moved (good)
     k0: int = 3             # seeds at the first look
     step: int = 2           # seeds added per further look
     max_seeds: int = 9      # the cap
@@ -93,11 +144,28 @@ class Rule:
         """Seed counts at each look: k0, k0 + step, ..., max_seeds."""
         return [min(self.k0 + i * self.step, self.max_seeds) for i in range(self.looks)]
 
+    def judge(self, good: dict[str, list[float]], probe: dict[str, list[float]],
+              direction: Direction | dict[str, Direction] = "change") -> Decision:
+        """One look at every metric both sides have: bad if any moved beyond the spread,
+        good if none is even suspicious, else unknown (add seeds; at the cap: give up)."""
+        names = [m for m in good if m in probe]
+        tests = sorted((MetricTest(m, good[m], probe[m], d, welch_p(good[m], probe[m], d))
+                        for m in names
+                        for d in [direction if isinstance(direction, str) else direction.get(m, "change")]),
+                       key=lambda t: (t.p, t.metric))
+        m = max(1, len(tests))
+        threshold = self.alpha / (self.looks * m)
+        if not tests:   # nothing to compare is no evidence either way
+            verdict: Judgement = "unknown"
+        elif tests[0].p < threshold:
+            verdict = "bad"
+        elif tests[0].p >= self.same_p / m:
+            verdict = "good"
+        else:
+            verdict = "unknown"
+        return Decision(verdict, tests, threshold)
+
     def decide(self, good: list[float], probe: list[float], direction: Direction) -> tuple[Judgement, float]:
-        """(verdict, p) at one look; "unknown" asks for more seeds (at the cap: give up)."""
-        p = welch_p(good, probe, direction)
-        if p < self.alpha / self.looks:
-            return "bad", p
-        if p >= self.same_p:
-            return "good", p
-        return "unknown", p
+        """(verdict, p) for a single metric at one look."""
+        d = self.judge({"metric": good}, {"metric": probe}, direction)
+        return d.verdict, d.p

@@ -1,5 +1,6 @@
-"""The short-run predicate: options, scoring, the worker on real TinyAgent code, its false-positive
-rate on real runs of identical code, and a skip (never a guess) when the spread hides the answer."""
+"""The short-run predicate: options, both runners (the user's command and a Python function), the
+dashboard judgement, its false-positive rate on real runs of identical code, and a skip (never a
+guess) when the spread hides the answer."""
 
 import json
 import random
@@ -8,70 +9,158 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import git_as_tester
 
-from rlbisect.bisect import PredicateError, make_predicate
-from rlbisect.bisect.predicates.short_run import ShortRunOptions, ShortRunPredicate, score
+from rlbisect.bisect import PredicateError, bisect, make_predicate
+from rlbisect.bisect.options import BisectOptions
+from rlbisect.bisect.predicates.short_run import ShortRunOptions, ShortRunPredicate
 from rlbisect.bisect.stats import Rule
+from rlbisect.metrics import comparable
+from rlbisect.runlog import dashboard, scores
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_options_are_validated():
     assert make_predicate("short-run", options={"steps": 4, "seeds": 2}).options.steps == 4
-    for bad in (dict(steps="x"), dict(seeds=0), dict(direction="up"), dict(alpha=2), dict(bogus=1),
-                dict(seeds=5, max_seeds=3)):
+    for bad in (dict(steps="x"), dict(seeds=1), dict(direction="up"), dict(alpha=2), dict(bogus=1),
+                dict(seeds=5, max_seeds=3), dict(metric="reward", metrics=["loss"]),
+                dict(direction="lower")):
         with pytest.raises(PredicateError):
             make_predicate("short-run", options=bad)
-    with pytest.raises(PredicateError, match="no command"):
-        make_predicate("short-run", command=["true"])
+    with pytest.raises(PredicateError, match="must take the seed"):
+        make_predicate("short-run", command=["python", "train.py"])
+    with pytest.raises(PredicateError, match="not both"):
+        make_predicate("short-run", command=["t", "{seed}"], options=dict(runner="m:f"))
+    with pytest.raises(PredicateError, match="metrics-file"):
+        make_predicate("short-run", command=["t", "{seed}"], options=dict(metrics_file="/tmp/m.jsonl"))
+    with pytest.raises(PredicateError, match="metrics-file is where a training command"):
+        make_predicate("short-run", options=dict(metrics_file="m.jsonl"))
 
 
-def test_score_uses_the_last_window_or_the_last_eval():
-    rows = [{"reward": r, **({"eval_pass": e} if e is not None else {})}
-            for r, e in [(0.1, 0.2), (0.2, None), (0.3, None), (0.5, 0.4)]]
-    assert score(rows, "reward", 2) == pytest.approx(0.4)
-    assert score(rows, "eval_pass", 2) == pytest.approx(0.4)
-    with pytest.raises(KeyError, match="not in the run"):
-        score(rows, "kl_ref", 2)
-
-
-def test_identity_depends_on_good_and_options():
+def test_identity_depends_on_good_options_and_command():
     a, b = ShortRunPredicate(ShortRunOptions()), ShortRunPredicate(ShortRunOptions(metric="eval_pass"))
     a.setup("a" * 40, lambda: Path("."))
-    assert a.identity() != b.identity() and "a" * 40 in a.identity()
+    c = ShortRunPredicate(ShortRunOptions(), ["python", "t.py", "--seed", "{seed}"])
+    assert len({a.identity(), b.identity(), c.identity()}) == 3 and "a" * 40 in a.identity()
 
 
 def worker(*args):
-    return subprocess.run([sys.executable, "-I", "-m", "rlbisect.bisect.predicates.short_run", str(ROOT), *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-I", "-m", "rlbisect.bisect.predicates.train_runs", str(ROOT),
+                           *args], capture_output=True, text=True, timeout=300)
 
 
 def test_worker_trains_the_worktrees_code_and_is_deterministic():
-    a = worker("--steps", "2", "--seeds", "0,1")
+    a = worker("--runner", "reference_trainer.train:short_run", "--steps", "2", "--seeds", "0,1")
     assert a.returncode == 0, a.stderr
-    scores = json.loads(a.stdout)
-    assert set(scores) == {"0", "1"} and scores["0"] != scores["1"]     # seeds differ
-    assert worker("--steps", "2", "--seeds", "0,1").stdout == a.stdout
+    runs = json.loads(a.stdout)
+    assert set(runs) == {"0", "1"} and len(runs["0"]) == 2 and runs["0"] != runs["1"]   # seeds differ
+    again = json.loads(worker("--runner", "reference_trainer.train:short_run", "--steps", "2",
+                              "--seeds", "0,1").stdout)
+    assert [[comparable(r) for r in again[s]] for s in "01"] == [[comparable(r) for r in runs[s]] for s in "01"]
     bad = worker("--steps", "2", "--runner", "no_such_module:f")   # not there: cannot probe
     assert bad.returncode == 2 and "ModuleNotFoundError" in bad.stderr
 
 
-def test_false_positive_rate_on_real_runs_of_identical_code():
-    """Unmatched seeds make identical code look different only by the seed spread: the rule must
-    call it bad at most alpha of the time (matched seeds would make it exactly 0)."""
+def sequential(rule: Rule, good: dict, probe: dict) -> str:
+    for k in rule.schedule():
+        d = rule.judge({m: v[:k] for m, v in good.items()}, {m: v[:k] for m, v in probe.items()})
+        if d.verdict != "unknown":
+            return d.verdict
+    return "unknown"
+
+
+def test_dashboard_false_positive_rate_on_real_runs_of_identical_code():
+    """Unmatched seeds make identical code differ only by the seed spread, on every metric at once:
+    the dashboard must call it bad at most alpha of the time (matched seeds would make it 0)."""
     from reference_trainer.train import short_run
-    runs = [score(short_run(8, seed), "reward", 4) for seed in range(18)]
-    rule, rng, bad = Rule(), random.Random(0), 0
-    trials = 400
-    for _ in range(trials):
-        pool = rng.sample(runs, 18)
-        good, probe = pool[:9], pool[9:]
-        for k in rule.schedule():
-            verdict, _ = rule.decide(good[:k], probe[:k], "lower")
-            if verdict != "unknown":
-                break
-        bad += verdict == "bad"
-    assert bad / trials <= rule.alpha
+    runs = {s: short_run(8, s) for s in range(18)}
+    per_run = scores(runs, dashboard(runs.values()), 4)
+    assert {"reward", "eval_pass", "grad_norm", "entropy"} <= set(per_run)
+    rule, rng, verdicts = Rule(), random.Random(0), []
+    for _ in range(200):
+        order = rng.sample(range(18), 18)
+        pick = lambda idx: {m: [v[i] for i in idx] for m, v in per_run.items()}  # noqa: E731
+        verdicts.append(sequential(rule, pick(order[:9]), pick(order[9:])))
+    assert verdicts.count("bad") / len(verdicts) <= rule.alpha
+    assert verdicts.count("good") / len(verdicts) >= 0.5   # and it does decide
+
+
+TRAIN = """
+import argparse, csv, json, random
+SCALE = {scale}
+p = argparse.ArgumentParser()
+p.add_argument("--seed", type=int); p.add_argument("--steps", type=int); p.add_argument("--out")
+p.add_argument("--exit", type=int, default=0)
+a = p.parse_args()
+rng = random.Random(a.seed)
+rows = [{{"step": s, "train": {{"reward": 0.5 + 0.02 * s + rng.gauss(0, 0.05)}},
+         "grad_norm": SCALE * (1 + rng.gauss(0, 0.05)), "step_time": rng.random()}} for s in range(a.steps)]
+with open(a.out, "w") as f:
+    for r in rows:
+        f.write(json.dumps(r) + "\\n")
+raise SystemExit({code})
+"""
+
+
+def command_history(tmp_path, versions: list[tuple[float, int]]) -> tuple[Path, list[str]]:
+    """A repository whose commits hold train.py with the given (grad_norm scale, exit code)."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git_as_tester(repo, "init", "-q")
+    shas = []
+    for i, (scale, code) in enumerate(versions):
+        (repo / "train.py").write_text(TRAIN.format(scale=scale, code=code) + f"# {i}\n")
+        git_as_tester(repo, "add", "-A")
+        git_as_tester(repo, "commit", "-qm", f"c{i}")
+        shas.append(git_as_tester(repo, "rev-parse", "HEAD"))
+    return repo, shas
+
+
+CMD = [sys.executable, "train.py", "--seed", "{seed}", "--steps", "{steps}", "--out", "{out}/m.jsonl"]
+
+
+def test_the_users_command_finds_a_commit_only_the_gradient_norm_shows(tmp_path):
+    """Reward is unchanged; grad_norm is 4x GOOD's from commit 3: the dashboard names it, with the
+    metric, the per-seed values, and the first seeds enough to decide."""
+    repo, shas = command_history(tmp_path, [(1.0, 0)] * 3 + [(4.0, 0)] * 3)
+    pred = make_predicate("short-run", CMD, dict(metrics_file="{out}/m.jsonl", steps=6,
+                                                 metric_map={"train/reward": "reward"}))
+    result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred)
+    assert result.status == "found" and result.first_bad == shas[3], result.summary()
+    culprit = next(p for p in result.probes if p.commit == shas[3])
+    assert "grad_norm" in culprit.reason and "up" in culprit.reason and culprit.values["seeds"] == 3
+    decided = [m for m in culprit.detail["metrics"] if m["decides"]]
+    assert [m["metric"] for m in decided] == ["grad_norm"] and len(decided[0]["good"]) == 3
+    assert {m["metric"] for m in culprit.detail["metrics"]} == {"reward", "grad_norm"}  # no step, time
+    assert "grad_norm (decides): GOOD" in result.summary()
+    # one number, reward, cannot see it: BAD passes, and rlbisect says so instead of blaming
+    only_reward = make_predicate("short-run", CMD, dict(metrics_file="{out}/m.jsonl", steps=6,
+                                 metric="reward", metric_map={"train/reward": "reward"}))
+    assert bisect(repo, f"{shas[0]}..{shas[-1]}", only_reward, BisectOptions(use_cache=False)).status == "bad_passes"
+
+
+@pytest.mark.parametrize("code,verdict,said", [(1, "bad", "training failed with seed 0 (exit 1)"),
+                                              (125, "skip", "exits 125"), (127, "skip", "cannot be run")])
+def test_a_failing_training_command_follows_the_outcome_table(tmp_path, code, verdict, said):
+    repo, shas = command_history(tmp_path, [(1.0, 0), (1.0, code)])
+    pred = make_predicate("short-run", CMD, dict(steps=2, metrics_file="{out}/m.jsonl"))
+    result = bisect(repo, f"{shas[0]}..{shas[1]}", pred)
+    probe = next(p for p in result.probes if p.commit == shas[1])
+    assert probe.verdict == verdict and said in probe.reason, probe.reason
+
+
+def test_a_run_that_writes_no_metrics_is_skipped_and_a_missing_metric_is_named(tmp_path):
+    repo, shas = command_history(tmp_path, [(1.0, 0), (1.0, 0)])
+    pred = make_predicate("short-run", CMD, dict(steps=2, metrics_file="{out}/elsewhere.jsonl"))
+    probe = pred
+    pred.setup(shas[0], lambda: repo)
+    got = probe.probe(repo, shas[1], None)
+    assert got.verdict == "skip" and "wrote no metrics" in got.reason
+    named = make_predicate("short-run", CMD, dict(steps=2, metrics_file="{out}/m.jsonl", metric="eval_pass"))
+    named.setup(shas[0], lambda: repo)
+    got = named.probe(repo, shas[1], None)
+    assert got.verdict == "skip" and "eval_pass is not in GOOD's runs" in got.reason and "grad_norm" in got.reason
 
 
 RUNNER = """
@@ -102,10 +191,12 @@ def test_a_difference_hidden_by_the_spread_is_skipped_not_guessed(tmp_path):
         subprocess.run(["git", "commit", "-qm", f"c{i}"], cwd=repo, check=True, env=env)
         shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                                    env=env).stdout.strip())
-    pred = make_predicate("short-run", options=dict(runner="noisy_runner:run", steps=1, window=1))
+    pred = make_predicate("short-run", options=dict(runner="noisy_runner:run", steps=1, window=1,
+                                                    metric="reward"))
     result = bisect(repo, f"{shas[0]}..{shas[2]}", pred)
     verdicts = {p.commit: p for p in result.probes}
-    assert verdicts[shas[1]].verdict == "skip" and "unknown after 9 seeds" in verdicts[shas[1]].reason
+    assert verdicts[shas[1]].verdict == "skip" and "unknown after 9 seeds" in verdicts[shas[1]].reason, \
+        verdicts[shas[1]].reason
     assert result.status == "ambiguous" and set(result.candidates) == {shas[1], shas[2]}
     assert verdicts[shas[1]].values["seeds"] == 9.0
     # the answer rests on both endpoints, so both were run: BAD is worse, GOOD is GOOD
@@ -129,9 +220,6 @@ def run(steps, seed):
 @pytest.mark.parametrize("mode", ["raise", "nan"])
 def test_the_code_under_test_crashing_or_going_nan_is_named_bad(tmp_path, mode):
     """Not 'could not train' (a skip): the commit that makes training raise or go NaN is the one."""
-    from helpers import git_as_tester
-
-    from rlbisect.bisect import bisect
     repo = tmp_path / "r"
     repo.mkdir()
     git_as_tester(repo, "init", "-q")
@@ -147,3 +235,54 @@ def test_the_code_under_test_crashing_or_going_nan_is_named_bad(tmp_path, mode):
     culprit = next(p for p in result.probes if p.commit == shas[3])
     said = "ZeroDivisionError" if mode == "raise" else "not finite"
     assert culprit.verdict == "bad" and said in culprit.reason + culprit.output
+
+
+TINYAGENT_TRAIN = [sys.executable, "-m", "rlbisect", "train", "--seed", "{seed}", "--steps", "{steps}",
+                   "--eval-every", "{steps}", "--out", "{out}/metrics.jsonl"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault,moves", [
+    ("entropy_sign", {"entropy", "length", "turns", "loss_tokens"}),
+    ("public_reward", {"eval_pass", "pass_rate", "hardcode"}),   # hidden-test passes fall, the exploit rises
+    ("loss_scale", {"grad_norm"}),
+])
+def test_tinyagents_own_train_command_finds_faults_the_invariants_miss(tmp_path, fault, moves):
+    """`python -m rlbisect train` as any user's training command: the dashboard names the commit
+    for an objective fault, a configuration fault (reward hacking: held-out pass collapses) and a
+    fault whose only visible effect is the gradient norm."""
+    from history_fixtures import build_history
+    h = build_history(tmp_path / "h", fault=fault, commits=6, bad_at=4)
+    pred = make_predicate("short-run", TINYAGENT_TRAIN, dict(steps=8))
+    result = bisect(h.path, f"{h.good}..{h.bad}", pred)
+    assert result.status == "found" and result.first_bad == h.fault_commit, result.summary()
+    culprit = next(p for p in result.probes if p.commit == h.fault_commit)
+    decided = {m["metric"] for m in culprit.detail["metrics"] if m["decides"]}
+    assert decided & moves, decided
+    before = {sha for sha, _ in h.commits[:3]} | {h.good}   # healthy code: never flagged
+    assert [p.verdict for p in result.probes if p.commit in before] and \
+        all(p.verdict == "good" for p in result.probes if p.commit in before)
+
+
+def test_run_cli_shows_the_evidence_in_the_report_json_and_plot(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from rlbisect.cli import app
+    repo, shas = command_history(tmp_path, [(1.0, 0)] * 2 + [(4.0, 0)] * 2)
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(repo)
+    r = CliRunner().invoke(app, ["run", f"{shas[0]}..{shas[-1]}", "--predicate", "short-run", "--steps", "6",
+                                 "--metrics-file", "{out}/m.jsonl", "--metric-map", "train/reward=reward",
+                                 "--json", str(out / "r.json"), "--report", str(out / "r.md"),
+                                 "--plot", str(out / "t.png"), "--", *CMD])
+    assert r.exit_code == 0, r.output
+    assert "grad_norm (decides): GOOD" in r.output and "t-evidence.png" in r.output
+    doc = json.loads((out / "r.json").read_text())
+    culprit = next(p for p in doc["probes"] if p["commit"] == doc["first_bad"] == shas[2])
+    assert [m["metric"] for m in culprit["evidence"]["metrics"] if m["decides"]] == ["grad_norm"]
+    assert "## Evidence: per-seed scores" in (out / "r.md").read_text()
+    assert (out / "t-evidence.png").stat().st_size > 1000 and (out / "t.png").exists()
+    bad = CliRunner().invoke(app, ["run", f"{shas[0]}..{shas[-1]}", "--predicate", "short-run",
+                                   "--metric-map", "oops", "--", *CMD])
+    assert bad.exit_code == 2 and "THEIRS=OURS" in bad.output

@@ -65,3 +65,21 @@ def test_small_shifts_end_unknown_rather_than_guessing():
 def test_schedule_and_looks():
     assert Rule().schedule() == [3, 5, 7, 9] and Rule().looks == 4
     assert Rule(k0=4, step=2, max_seeds=4).schedule() == [4]
+
+
+def test_a_dashboard_pays_for_its_metrics_and_names_the_one_that_moved():
+    from rlbisect.bisect.stats import Rule
+    rule = Rule()
+    good = {"reward": [0.5, 0.52, 0.48], "grad_norm": [1.0, 1.05, 0.97], "entropy": [0.3, 0.31, 0.29]}
+    moved = {**good, "grad_norm": [4.0, 4.1, 3.9]}
+    d = rule.judge(good, moved)
+    assert d.verdict == "bad" and [t.metric for t in d.deciding] == ["grad_norm"]
+    assert d.threshold == pytest.approx(0.05 / (rule.looks * 3))
+    assert d.tests[0].moved == pytest.approx(3.0, abs=0.05) and d.tests[0].spreads > 10
+    assert rule.judge(good, good).verdict == "good"
+    assert rule.judge(good, {"other": [1, 2, 3]}).verdict == "unknown"   # nothing in common: no evidence
+    # a move one metric alone would call bad is not enough among many: the threshold is per metric
+    one = Rule().judge({"m": [0.0, 0.1, 0.2]}, {"m": [0.5, 0.6, 0.7]})
+    many = Rule().judge({f"m{i}": [0.0, 0.1, 0.2] for i in range(30)},
+                        {**{f"m{i}": [0.0, 0.1, 0.2] for i in range(29)}, "m29": [0.5, 0.6, 0.7]})
+    assert one.verdict == "bad" and many.verdict != "bad"

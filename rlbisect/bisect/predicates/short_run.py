@@ -1,20 +1,22 @@
 """The ``short-run`` predicate: matched-seed training runs at the probe and at GOOD.
 
-For faults that pass every invariant (an entropy penalty with the wrong sign, a reward that measures
-a proxy) only training shows the regression. Each probe trains for ``steps`` steps with seeds
-0, 1, ...; GOOD is trained with the same seeds (once per bisect, shared by all probes); each run is
-scored by the metric (the mean of its last ``window`` rows, or the last logged value for
-``eval_pass``), and :class:`~rlbisect.bisect.stats.Rule` decides good / bad / unknown from the
-seed spread, adding seeds while uncertain. Unknown at the cap is a skip: the bisect will not guess.
+For faults that pass every invariant (an entropy penalty with the wrong sign, a reward that pays a
+shortcut, a loss scale only the gradient norm shows) only training shows the regression. Each probe
+trains for ``steps`` steps with seeds 0, 1, ...; GOOD is trained with the same seeds (once per
+bisect, shared by all probes). Training is the user's own command (``-- python train.py --seed
+{seed} --out {out}``) or a Python function (``--runner MOD:FN``, by default TinyAgent's), see
+:mod:`.train_runs`.
 
-Runs happen in a ``python -I`` worker with the commit's checkout first on ``sys.path`` (the code
-under test from the commit, rlbisect from the installed package), calling a runner ``fn(steps,
-seed) -> rows`` (default: TinyAgent's ``reference_trainer.train:short_run``; yours with
-``--runner MOD:FN``). When the runner raises from the commit's code, or its metric is NaN/Inf while
-GOOD's is finite, the commit is bad, with the message; when the runner cannot be imported there,
-it is skipped.
+Each run is scored per metric (:func:`rlbisect.runlog.score`) and :class:`~rlbisect.bisect.stats.Rule`
+judges the probe against GOOD's seed spread, adding seeds only while the answer is unclear:
 
-    python -I -m rlbisect.bisect.predicates.short_run CHECKOUT --steps 8 --seeds 0,1,2
+* by default the whole dashboard: every metric both sides log (the held-out one included), any
+  change beyond the spread is a behaviour change, with the false-alarm rate held at ``alpha`` over
+  all metrics and looks; the report names the metric(s) that moved, by how much, which way;
+* with ``--metric NAME`` one number, in the ``--direction`` that counts as a regression.
+
+Unknown at the cap is a skip: the bisect will not guess. A metric that is NaN/Inf at the probe
+while finite at GOOD makes the probe bad.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import threading
 from pathlib import Path
 from typing import Callable, Literal
@@ -30,41 +31,62 @@ from typing import Callable, Literal
 from pydantic import Field, model_validator
 
 from rlbisect import __version__
-from rlbisect.bisect.predicates import Options, Probe, register_predicate, tail
-from rlbisect.bisect.predicates.command import run_command
-from rlbisect.bisect.stats import Rule
+from rlbisect.bisect.predicates import Options, PredicateError, Probe, register_predicate
+from rlbisect.bisect.predicates.train_runs import CommandRunner, FunctionRunner
+from rlbisect.bisect.stats import Decision, Rule
+from rlbisect.runlog import dashboard, finite, flatten, rename, scores
 
-RAISED = 3   # worker exit code: the code under test raised (see the invariants worker)
+DEFAULT_RUNNER = "reference_trainer.train:short_run"
 
 
 class ShortRunOptions(Options):
     """Options of ``--predicate short-run``."""
 
-    metric: str = Field("reward", description="the logged metric to compare, or eval_pass")
+    metric: str | None = Field(None, description="judge this one metric (with --direction) instead "
+                               "of the whole dashboard, e.g. eval_pass")
+    metrics: list[str] | None = Field(None, description="judge only these metrics, comma-separated "
+                                      "(default: every metric both sides log)")
+    direction: Literal["lower", "higher", "change"] | None = Field(
+        None, description="with --metric: which change is a regression: lower (default), higher, "
+        "or change (either way)")
     steps: int = Field(8, ge=1, description="training steps per run")
-    seeds: int = Field(3, ge=1, description="matched seeds at the first look")
-    max_seeds: int = Field(9, ge=1, description="seeds at most, before 'unknown' (a skip)")
-    direction: Literal["lower", "higher", "change"] = Field(
-        "lower", description="which change is a regression: lower, higher, or any change")
-    alpha: float = Field(0.05, gt=0, lt=1, description="false-alarm rate over all looks")
+    seeds: int = Field(3, ge=2, description="matched seeds at the first look")
+    max_seeds: int = Field(9, ge=2, description="seeds at most, before 'unknown' (a skip)")
+    alpha: float = Field(0.05, gt=0, lt=1, description="false-alarm rate over all metrics and looks")
     window: int = Field(4, ge=1, description="a run's score: the mean of its last WINDOW rows")
-    runner: str = Field("reference_trainer.train:short_run",
-                        description="MODULE:FN with fn(steps, seed) -> metric rows, in the checkout")
+    runner: str | None = Field(None, description="MODULE:FN with fn(steps, seed) -> metric rows, in "
+                               f"the checkout (default without a command: {DEFAULT_RUNNER})")
+    metrics_file: str = Field("{out}/metrics.jsonl", description="with a command: the JSONL, CSV or "
+                              "TensorBoard file (or folder) each run writes, under {out} or "
+                              "relative to the checkout")
+    metric_map: dict[str, str] = Field(default_factory=dict, description="THEIRS=OURS renames, "
+                                       "e.g. train/reward=reward,eval/accuracy=eval_pass")
 
     @model_validator(mode="after")
-    def _seeds(self) -> "ShortRunOptions":
+    def _consistent(self) -> "ShortRunOptions":
         if self.seeds > self.max_seeds:
             raise ValueError(f"--seeds {self.seeds} is more than --max-seeds {self.max_seeds}")
+        if self.metric and self.metrics:
+            raise ValueError("give --metric (one number) or --metrics (a dashboard), not both")
+        if self.direction and not self.metric:
+            raise ValueError("--direction needs --metric: the dashboard counts a change either way")
         return self
 
 
 class ShortRunPredicate:
-    def __init__(self, options: ShortRunOptions):
+    def __init__(self, options: ShortRunOptions, command: list[str] | None = None):
         self.options = o = options
+        if command and o.runner:
+            raise PredicateError("short-run: give a training command after -- or --runner, not both")
+        if not command and "metrics_file" in o.model_fields_set:
+            raise PredicateError("short-run: --metrics-file is where a training command (after --) "
+                                 "writes; a --runner returns its rows")
+        self.runner = CommandRunner(command, o.metrics_file) if command \
+            else FunctionRunner(o.runner or DEFAULT_RUNNER)
         self.rule = Rule(alpha=o.alpha, k0=o.seeds, max_seeds=o.max_seeds)
         self.good: str | None = None
         self._checkout_good: Callable[[], Path] | None = None
-        self._good_scores: dict[int, float] = {}
+        self._good_runs: dict[int, list[dict]] = {}
         self._good_tree: Path | None = None
         self._lock = threading.Lock()
 
@@ -72,10 +94,13 @@ class ShortRunPredicate:
         """Called by the driver before the first probe: GOOD's id and how to check it out."""
         self.good, self._checkout_good = good, checkout
 
+    def preflight(self, repo, commit: str) -> None:
+        self.runner.preflight(repo, commit)
+
     def identity(self) -> str:
         # GOOD is part of the identity: the verdict is relative to it.
-        return json.dumps({"kind": "short-run", **self.options.model_dump(), "good": self.good,
-                           "rlbisect": __version__}, sort_keys=True)
+        return json.dumps({"kind": "short-run", **self.options.model_dump(), **self.runner.identity(),
+                           "good": self.good, "rlbisect": __version__}, sort_keys=True)
 
     def __getstate__(self) -> dict:   # a Ray task gets a copy: locks do not travel
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
@@ -83,132 +108,102 @@ class ShortRunPredicate:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _lock=threading.Lock())
 
-    def _scores(self, worktree: Path, seeds: list[int], timeout: float | None
-                ) -> tuple[dict | None, Probe | None, float]:
-        """({seed: score} or None, the probe to return on failure, seconds)."""
-        o = self.options
-        argv = [sys.executable, "-I", "-m", __name__, str(worktree), "--runner", o.runner,
-                "--steps", str(o.steps), "--metric", o.metric, "--window", str(o.window),
-                "--seeds", ",".join(map(str, seeds))]
-        r = run_command(argv, worktree, timeout)
-        if r.interrupted:
-            return None, Probe("skip", reason="interrupted", seconds=r.seconds,
-                               cacheable=False), r.seconds
-        if r.timed_out:
-            return None, Probe("skip", reason=f"timed out after {timeout:g}s", seconds=r.seconds,
-                               cacheable=False), r.seconds
-        try:
-            return {int(k): float(v) for k, v in json.loads(r.stdout).items()}, None, r.seconds
-        except (ValueError, AttributeError):
-            output = tail(r.stderr)
-            last = (output.splitlines() or [f"exit {r.returncode}"])[-1]
-            verdict, what = ("bad", "the trainer raised") if r.returncode == RAISED \
-                else ("skip", "could not train")
-            return None, Probe(verdict, reason=f"{what}: {last}", seconds=r.seconds,
-                               output=output), r.seconds
+    def _train(self, worktree: Path, seeds: list[int], timeout: float | None):
+        runs = self.runner.runs(worktree, seeds, self.options.steps, timeout)
+        rows = {s: rename([flatten(r) for r in rs], self.options.metric_map) for s, rs in runs.rows.items()}
+        return rows, runs.failure, runs.seconds
 
-    def _good(self, seeds: list[int], timeout: float | None
-              ) -> tuple[list[float] | None, Probe | None, float]:
-        """GOOD's scores for ``seeds``, training only the missing ones (once, shared by all probes)."""
+    def _good(self, seeds: list[int], timeout: float | None):
+        """GOOD's runs for ``seeds``, training only the missing ones (once, shared by all probes)."""
         with self._lock:   # with --jobs, probes share GOOD's runs instead of racing to make them
-            missing = [s for s in seeds if s not in self._good_scores]
+            missing = [s for s in seeds if s not in self._good_runs]
             seconds = 0.0
             if missing:
                 if self._checkout_good is None:
                     raise RuntimeError("short-run needs the driver to call setup() with GOOD first")
                 if self._good_tree is None:
                     self._good_tree = self._checkout_good()
-                got, failed, seconds = self._scores(self._good_tree, missing, timeout)
+                got, failed, seconds = self._train(self._good_tree, missing, timeout)
                 if failed is not None:   # a problem at GOOD says nothing about this commit
                     return None, Probe("skip", reason=f"at GOOD: {failed.reason}", seconds=seconds,
                                        cacheable=False, output=failed.output), seconds
-                self._good_scores.update(got)
-            return [self._good_scores[s] for s in seeds], None, seconds
+                self._good_runs.update(got)
+            return {s: self._good_runs[s] for s in seeds}, None, seconds
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        metric, probe_scores, total = self.options.metric, {}, 0.0
+        probe_runs: dict[int, list[dict]] = {}
+        total = 0.0
         for k in self.rule.schedule():
             seeds = list(range(k))
             good, failed, seconds = self._good(seeds, timeout)
             total += seconds
             if failed is None:
-                got, failed, seconds = self._scores(
-                    worktree, [s for s in seeds if s not in probe_scores], timeout)
+                got, failed, seconds = self._train(worktree, [s for s in seeds if s not in probe_runs],
+                                                   timeout)
                 total += seconds
             if failed is not None:
                 failed.seconds = total
                 return failed
-            probe_scores.update(got)
-            probe = [probe_scores[s] for s in seeds]
-            if not all(map(math.isfinite, probe)) and all(map(math.isfinite, good)):
-                return Probe("bad", {f"{metric}@good": statistics.fmean(good)},
-                             f"{metric} is not finite at this commit ({probe}) while GOOD's is",
-                             total)
-            verdict, p = self.rule.decide(good, probe, self.options.direction)
-            if verdict != "unknown":
+            probe_runs.update(got)
+            verdict = self._judge(good, {s: probe_runs[s] for s in seeds}, total)
+            if isinstance(verdict, Probe) or verdict.verdict != "unknown":
                 break
-        values = {f"{metric}@probe": statistics.fmean(probe), f"{metric}@good": statistics.fmean(good),
-                  "p": p, "seeds": float(len(probe))}
-        if verdict == "unknown":
-            return Probe("skip", values, f"unknown after {len(probe)} seeds (p={p:.3g}): the seed "
-                         "spread hides any difference; skipped, not guessed", total)
-        moved = values[f"{metric}@probe"] - values[f"{metric}@good"]
-        word = ("moved" if self.options.direction == "change" else "worse") if verdict == "bad" \
-            else ("did not move" if self.options.direction == "change" else "not worse")
-        where = "up" if moved > 0 else "down"
-        return Probe(verdict, values, f"{metric} {values[f'{metric}@probe']:.3g} vs "
-                     f"{values[f'{metric}@good']:.3g} at GOOD over {len(probe)} seeds: {word}"
-                     f"{f' ({where})' if verdict == 'bad' else ''} (p={p:.3g})", total)
+        return verdict if isinstance(verdict, Probe) else self._probe(verdict, seeds, total)
+
+    def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
+        """The rule's decision at this look, or the probe it already implies (a metric gone
+        non-finite, a metric asked for that is not logged)."""
+        o = self.options
+        asked = [o.metric] if o.metric else o.metrics
+        names = dashboard(list(good.values()) + list(probe.values()), asked)
+        g, p = scores(good, names, o.window), scores(probe, names, o.window)
+        absent = [m for m in (asked or []) if m not in g or m not in p]
+        if absent:
+            side, runs = ("GOOD's", good) if absent[0] not in g else ("this commit's", probe)
+            have = dashboard(runs.values())
+            return Probe("skip", reason=f"{absent[0]} is not in {side} runs (they log: "
+                         f"{', '.join(have) or 'nothing'})", seconds=seconds)
+        for m in names:
+            if m in g and m in p and finite(g[m]) and not finite(p[m]):
+                return Probe("bad", {m: statistics.fmean(p[m])}, f"{m} is not finite at this commit "
+                             f"({p[m]}) while GOOD's is", seconds, detail={"metrics": [
+                                 {"metric": m, "good": g[m], "probe": p[m], "p": 0.0, "decides": True}]})
+        g = {m: v for m, v in g.items() if finite(v)}
+        if not set(g) & set(p):   # more seeds cannot help: nothing to compare
+            return Probe("skip", reason="no metric is logged (finite) by both GOOD's runs and this "
+                         f"commit's (GOOD: {', '.join(g) or 'none'}; here: {', '.join(p) or 'none'})",
+                         seconds=seconds)
+        return self.rule.judge(g, p, (o.direction or "lower") if o.metric else "change")
+
+    def _probe(self, d: Decision, seeds: list[int], seconds: float) -> Probe:
+        o = self.options
+        shown = d.deciding or d.tests[:1]
+        # every metric's mean at this commit, most-moved first: what diagnose sets beside the parent's
+        values = {t.metric: statistics.fmean(t.probe) for t in d.tests}
+        values["seeds"] = float(len(seeds))
+        detail = {"mode": "metric" if o.metric else "dashboard", "seeds": seeds,
+                  "threshold": d.threshold,
+                  "metrics": [{"metric": t.metric, "good": t.good, "probe": t.probe, "p": t.p,
+                               "moved": t.moved, "spreads": t.spreads if math.isfinite(t.spreads) else None,
+                               "direction": t.direction, "decides": t in d.deciding}
+                              for t in d.tests]}
+        over = f"over {len(seeds)} seeds"
+        if d.verdict == "unknown":
+            return Probe("skip", values, f"unknown after {len(seeds)} seeds: {shown[0].describe()}; the seed spread "
+                         "hides any difference; skipped, not guessed", seconds, detail=detail)
+        if d.verdict == "bad":
+            more = f"; +{len(d.deciding) - 1} more" if len(d.deciding) > 1 else ""
+            word = "worse" if o.metric and o.direction != "change" else "moved beyond GOOD's seed spread"
+            return Probe("bad", values, f"{word} {over}: {shown[0].describe()}{more}", seconds,
+                         detail=detail)
+        if not o.metric:
+            said = f"none of {len(d.tests)} metrics moved beyond GOOD's seed spread"
+        else:
+            said = f"{o.metric} {'did not move' if o.direction == 'change' else 'is not worse'}"
+        return Probe("good", values, f"{said} {over} (closest: {shown[0].describe()})", seconds,
+                     detail=detail)
 
 
-register_predicate("short-run", lambda spec: ShortRunPredicate(spec.options), ShortRunOptions,
-                   "matched-seed short training runs against GOOD, judged on the seed spread")
-
-
-def score(rows: list[dict], metric: str, window: int) -> float:
-    """A run's score: the mean of ``metric`` over its last ``window`` rows that log it
-    (the last value alone for ``eval_pass``, which is logged on evaluation steps only)."""
-    logged = [r[metric] for r in rows if metric in r]
-    if not logged:
-        raise KeyError(f"metric {metric!r} is not in the run's rows "
-                       f"(have: {', '.join(sorted(rows[-1])) if rows else 'no rows'})")
-    tail_rows = logged[-1:] if metric == "eval_pass" else logged[-window:]
-    return statistics.fmean(tail_rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Worker: train the commit's code with each seed, print {seed: score} as JSON."""
-    import argparse
-    import importlib
-    import traceback
-
-    from rlbisect.bisect.predicates.invariants import raised_in
-    p = argparse.ArgumentParser(prog="python -m " + __name__)
-    p.add_argument("worktree")
-    p.add_argument("--runner", default=ShortRunOptions().runner)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--metric", default="reward")
-    p.add_argument("--window", type=int, default=4)
-    p.add_argument("--seeds", default="0,1,2")
-    a = p.parse_args(argv)
-    worktree = Path(a.worktree).resolve()
-    sys.path.insert(0, str(worktree))
-    try:
-        module, name = a.runner.rsplit(":", 1)
-        fn = getattr(importlib.import_module(module), name)
-    except Exception as e:   # the runner is not there at this commit: untestable
-        print(f"short-run: cannot load {a.runner}: {type(e).__name__}: {e}".splitlines()[0],
-              file=sys.stderr)
-        return 2
-    try:
-        out = {s: score(fn(a.steps, s), a.metric, a.window) for s in map(int, a.seeds.split(","))}
-    except Exception as e:
-        traceback.print_exc(limit=-4)
-        print(f"short-run: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
-        return RAISED if raised_in(e, worktree) else 2
-    print(json.dumps(out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+register_predicate("short-run", lambda spec: ShortRunPredicate(spec.options, spec.command),
+                   ShortRunOptions, "matched-seed short training runs against GOOD (your training "
+                   "command after --, or a runner), judged on the whole dashboard", takes="command")
