@@ -1,9 +1,8 @@
-"""The nine checks on a 64-episode probe batch against one training update on the same batch,
+"""The checks (the chapter's nine and ours) on a 64-episode probe batch against one training update on the same batch,
 timed alternately in one run (target: checks <= 3x the update). Usage: python benchmarks/bench_invariants.py"""
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 

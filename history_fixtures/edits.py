@@ -21,15 +21,15 @@ class Edit:
 
 BENIGN = [
     Edit("batch: say why old_logp needs no graph", (("batch.py",
-         "    with torch.no_grad():\n        old_logp = trainer_log_probs(",
-         "    with torch.no_grad():   # old_logp is a constant of the loss\n        old_logp = trainer_log_probs("),)),
+         "    with torch.no_grad():\n        return trainer_log_probs(",
+         "    with torch.no_grad():   # old_logp is a constant of the loss\n        return trainer_log_probs("),)),
     Edit("train: vectorize policy-token lengths", (("train.py",
          "lengths = [sum(1 for o in t.owner if o == 1) for t in trajs]",
          "lengths = [t.owner.count(1) for t in trajs]"),)),
     Edit("losses: name the clipped surrogate", (("losses.py",
-         "    loss = aggregate(-torch.min(ratio * adv, clipped * adv), mask, mode)",
-         "    surrogate = torch.min(ratio * adv, clipped * adv)                          # [B, T-1]\n"
-         "    loss = aggregate(-surrogate, mask, mode)"),)),
+         "    loss = aggregate(-pessimistic(ratio * adv, clipped * adv), mask, mode, bug)",
+         "    surrogate = pessimistic(ratio * adv, clipped * adv)                        # [B, T-1]\n"
+         "    loss = aggregate(-surrogate, mask, mode, bug)"),)),
     Edit("update: sort imports", (("update.py",
          "from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss\n"
          "from .policy import selected_log_probs\n",
@@ -41,12 +41,16 @@ BENIGN = [
          "    while not all(env.done for env in envs):"),)),
     Edit("losses: rename per_seq to per_episode", (("losses.py",
          "        per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)     # [B]\n"
+         "        if bug == \"seq_mean_padded\":   # divided by the padded width (d2l-ai/d2l-en#2707)\n"
+         "            per_seq = (per_token * mask).sum(-1) / mask.shape[-1]\n"
          "        return per_seq.mean()",
          "        per_episode = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]\n"
+         "        if bug == \"seq_mean_padded\":   # divided by the padded width (d2l-ai/d2l-en#2707)\n"
+         "            per_episode = (per_token * mask).sum(-1) / mask.shape[-1]\n"
          "        return per_episode.mean()"),)),
     Edit("faults: point at the trainer modules", (("faults.py",
-         '"""The chapter\'s seven code faults',
-         '"""(See batch.py, update.py and train.py for the branches.) The chapter\'s seven code faults'),)),
+         '"""The code faults, each one switch',
+         '"""(See batch.py, update.py and train.py for the branches.) The code faults, each one switch'),)),
     Edit("train: hoist the group size", (("train.py",
          "        row = {\"step\": step, **rollout_row(trajs, cfg.sampler.group_size), **update_stats}",
          "        group_size = cfg.sampler.group_size\n"
@@ -61,8 +65,8 @@ BENIGN = [
 
 FAULTS = {
     "sign_flip": Edit("losses: inline the advantage normalization", (("losses.py",
-        "    adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)",
-        "    adv = (r.mean(-1, keepdim=True) - r) / (r.std(-1, keepdim=True) + eps)"),)),
+        "    adv = (r - r.mean(dim, keepdim=True)) / (std + eps)",
+        "    adv = (r.mean(dim, keepdim=True) - r) / (std + eps)"),)),
     "mask_shift": Edit("batch: build the action mask straight from the owner tensor", (("batch.py",
         '"action_mask": (owner[:, 1:] == OWNER["policy"]).float(),',
         '"action_mask": (owner[:, :-1] == OWNER["policy"]).float(),'),)),

@@ -12,8 +12,8 @@ import torch
 from rlbisect.check import Prepared, Truth
 
 from .base import make_base
-from .batch import collate, pad_batch, prepare_batch, trainer_log_probs
-from .config import RLConfig, UpdateConfig
+from .batch import collate, pad_batch, prepare_batch, recompute_log_probs
+from .config import RLConfig, SamplerConfig, UpdateConfig
 from .faults import BUGS, SAMPLER_TEMP, check_bug
 from .sampler import sample_groups
 from .tasks import make_tasks
@@ -24,9 +24,17 @@ from .update import make_ref, minibatch_backward, minibatch_loss, rl_update
 class ReferenceAdapter:
     faults = list(BUGS)   # what `rlbisect check --matrix` switches on, one row each
 
-    def __init__(self, episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None):
+    def __init__(self, episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None,
+                 **settings):
         self.bug = check_bug(bug)
-        self.cfg = RLConfig(update=UpdateConfig(kl_coef=kl_coef or 0.0))
+        # the trainer's own settings (`--adapter-opt temperature=0.7`): the checks run where training does
+        sampler = {k: settings.pop(k) for k in list(settings) if k in SamplerConfig.model_fields}
+        update = {k: settings.pop(k) for k in list(settings) if k in UpdateConfig.model_fields}
+        if settings:
+            known = sorted({*SamplerConfig.model_fields, *UpdateConfig.model_fields} - {"kl_coef"})
+            raise ValueError(f"unknown setting {next(iter(settings))!r} (settings: {', '.join(known)})")
+        self.cfg = RLConfig(sampler=SamplerConfig(**sampler),
+                            update=UpdateConfig(**{"kl_coef": kl_coef or 0.0, **update}))
         if episodes % self.cfg.sampler.group_size:
             raise ValueError(f"episodes must be a multiple of the group size {self.cfg.sampler.group_size}")
         self.episodes, self.seed = episodes, seed
@@ -43,7 +51,7 @@ class ReferenceAdapter:
         tasks = [make_tasks("train")[i % 20] for i in range(self.episodes // G)]
         temp = SAMPLER_TEMP if self.bug == "sampler_temp" else None      # None: the sampler's own setting
         trajs = sample_groups(self._base, tasks, self.tok, cfg.env, cfg.sampler,
-                              torch.Generator().manual_seed(self.seed), temperature=temp)
+                              torch.Generator().manual_seed(self.seed), temperature=temp, bug=self.bug)
         batch = collate(trajs, self.tok.pad_id, G)
         # The truth comes from the trajectories (the sampler's records), not from the collated mask.
         P = batch["ids"].shape[1] - 1
@@ -56,11 +64,11 @@ class ReferenceAdapter:
         return Prepared(*prepare_batch(model, batch, self.cfg, self.bug))
 
     def log_probs(self, model, batch):
-        with torch.no_grad():
-            return trainer_log_probs(model, batch["ids"], self.cfg.sampler.temperature)
+        return recompute_log_probs(model, batch["ids"], self.cfg, self.bug)
 
-    def loss(self, model, batch, rows, prep):
-        return minibatch_loss(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg, self.bug)
+    def loss(self, model, batch, rows, prep, ref=None):
+        return minibatch_loss(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg, self.bug,
+                              ref_model=ref)
 
     def backward(self, model, batch, rows, prep):
         return minibatch_backward(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg, self.bug)
@@ -75,7 +83,14 @@ class ReferenceAdapter:
     def pad(self, batch, extra):
         return pad_batch(batch, extra, self.tok.pad_id)
 
+    def train_run(self, steps, seed, eval_every):
+        """A short run of the real training loop (for rlbisect's run-level checks)."""
+        from .train import run
+        return run(self.cfg.model_copy(update={"seed": seed}), steps, self.bug, eval_every)
 
-def make_adapter(episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None) -> ReferenceAdapter:
-    """The factory `rlbisect check` uses when no --adapter is given."""
-    return ReferenceAdapter(episodes=episodes, seed=seed, kl_coef=kl_coef, bug=bug)
+
+def make_adapter(episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None,
+                 **settings) -> ReferenceAdapter:
+    """The factory `rlbisect check` uses when no --adapter is given; ``settings`` are sampler and
+    update config fields (temperature, loss_mode, microbatches, clip_eps, ...)."""
+    return ReferenceAdapter(episodes=episodes, seed=seed, kl_coef=kl_coef, bug=bug, **settings)

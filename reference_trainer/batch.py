@@ -52,16 +52,29 @@ def trainer_log_probs(model, ids: torch.Tensor, temperature: float) -> torch.Ten
     return selected_log_probs(model(ids)[:, :-1] / temperature, ids[:, 1:])
 
 
+def recompute_log_probs(model, ids, cfg, bug: str | None = None):
+    """The trainer's own no-grad recomputation of log pi(target): old_logp, and what the checks
+    compare with the sampler's record."""
+    temp = 1.0 if bug == "logp_no_temp" else cfg.sampler.temperature   # huggingface/trl#3029
+    with torch.no_grad():
+        return trainer_log_probs(model, ids, temp)
+
+
 def prepare_batch(model, batch: dict, cfg, bug: str | None = None):
     """What the loss consumes -> (mask [B, T-1], old_logp [B, T-1], advantages [B])."""
     ids, mask = batch["ids"], batch["action_mask"]
     if bug == "mask_shift":       # built from owners aligned to ids, not ids[1:]: spans move right
         mask = F.pad(mask, (1, 0))[:, :-1]
-    with torch.no_grad():
-        old_logp = trainer_log_probs(model, ids, cfg.sampler.temperature)
+    if bug == "env_in_mask":      # tool output trained on (THUDM/slime#1418)
+        mask = (batch["owner"][:, 1:] != OWNER["prompt"]).float()
+    if bug == "pad_in_mask":      # "not prompt, not tool" also keeps the padding (huggingface/trl#6654)
+        mask = ((batch["owner"][:, 1:] != OWNER["prompt"]) & (batch["owner"][:, 1:] != OWNER["env"])).float()
+    if bug == "last_token_unmasked":   # off-by-one: the episode's final token dropped (OpenRLHF/OpenRLHF#973)
+        mask = mask.scatter(1, (batch["attention_mask"].sum(-1, keepdim=True).long() - 2).clamp(min=0), 0.0)
+    old_logp = recompute_log_probs(model, ids, cfg, bug)
     if bug == "sampler_temp":     # trusting the inference engine's log-probs
         old_logp = batch["sample_logp"]
-    advantages = compute_advantages(batch["rewards"], cfg.sampler.group_size, cfg.update.adv_eps)
+    advantages = compute_advantages(batch["rewards"], cfg.sampler.group_size, cfg.update.adv_eps, bug)
     if bug == "sign_flip":
         advantages = -advantages
     return mask, old_logp, advantages

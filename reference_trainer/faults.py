@@ -1,4 +1,6 @@
-"""The chapter's seven code faults, each one switch (`bug=`) at the place that bug lives.
+"""The code faults, each one switch (`bug=`) at the place that bug lives.
+
+The chapter's seven:
 
     mask_shift      batch.prepare_batch     action mask aligned to ids instead of ids[1:]
     stale_old_logp  update.rl_update        old_logp recomputed from the current weights per minibatch
@@ -8,11 +10,15 @@
     sampler_temp    train.train + batch.prepare_batch  sampler at 0.7, its log-probs used as old_logp
     ref_is_policy   update.make_ref         the KL reference is the live policy object
 
+The catalogue beyond the chapter (`CATALOGUE`): realistic one-to-three-line faults modelled on bug
+reports and fixes in TRL, verl, OpenRLHF and similar trainers; each branch cites its report. Some
+only bite off the default setting: `NEEDS` says which setting (the CLI flag or config field).
+
 The configuration failures (lr 1e-2, the public reward, seq_mean_token_mean with 12 turns) run
 correct code and need no switch.
 """
 
-BUGS = {
+CHAPTER = {
     "mask_shift": "action mask aligned to ids instead of ids[1:]: each policy span moves one token right",
     "stale_old_logp": "old_logp recomputed from the current weights before every minibatch",
     "entropy_sign": "entropy bonus added with the wrong sign: an entropy penalty of ENTROPY_COEF",
@@ -21,7 +27,73 @@ BUGS = {
     "sampler_temp": "sampler at SAMPLER_TEMP and its log-probs used as old_logp; trainer at the configured temperature",
     "ref_is_policy": "the KL reference is the live policy object",
 }
+
+# name: what it does -> the layer expected to see it (check N = the chapter's invariant N).
+CATALOGUE = {
+    # sampling (sampler.py, batch.py)
+    "sampler_top_k": "sampler draws from the top-SAMPLER_TOP_K tokens and records the truncated log-probs; "
+                     "the trainer scores the full softmax -> check 2/3, logp_gap",
+    "stop_token_unowned": "the <end> that closes a call is recorded as environment-owned (a stripped stop "
+                          "string): it is never trained on -> nothing at step 0; an 'every sampled token is trained' invariant",
+    "logp_no_temp": "trainer log-probs (old and new) ignore the temperature; the sampler applies it "
+                    "(needs temperature != 1) -> logp_gap; check 2 at that temperature",
+    # masking / padding (batch.py)
+    "env_in_mask": "tool-output (environment) tokens trained on beside the policy's -> check 1",
+    "pad_in_mask": "loss mask = 'not prompt, not env': right padding is trained on -> checks 1, 5",
+    "last_token_unmasked": "off-by-one: the last token of each episode (the final <end>) left out of the mask -> check 1",
+    # advantages (losses.compute_advantages)
+    "adv_batch_std": "group mean, but std over the whole batch -> nothing at step 0; "
+                     "'advantages = (r - group mean) / group std' invariant",
+    "adv_no_eps": "no epsilon under the group std: a flat group gives 0/0 = NaN (needs a flat group) -> NaN detector",
+    "adv_wrong_axis": "group mean/std taken over the wrong axis (across tasks, per sample slot) -> check 4",
+    # loss and clipping (losses.policy_loss / aggregate)
+    "ratio_inverted": "ratio = exp(old_logp - logp): the gradient points the other way -> check 8",
+    "clip_low_eps": "ratio clipped to [eps, 1 + eps] instead of [1 - eps, 1 + eps]: the lower clip is gone "
+                    "(needs ratio < 1 - eps) -> a clipped-surrogate-gradient invariant",
+    "clip_max": "the surrogate takes max instead of min (optimistic bound) (needs ratio outside the clip range) "
+                "-> a clipped-surrogate-gradient invariant",
+    "seq_mean_padded": "seq_mean_token_mean divides each episode by the padded width, not its own length "
+                       "(needs loss_mode seq_mean_token_mean) -> check 6 at that loss mode",
+    # KL / reference (update.py, train.py)
+    "kl_detached": "KL term computed on detached log-probs: logged, but no gradient (needs kl_coef > 0) "
+                   "-> a 'KL gradient = kl_coef x dKL' invariant",
+    "kl_sign": "KL subtracted from the loss: a bonus for drifting from the reference (needs kl_coef > 0) -> kl_ref rising",
+    "ref_synced": "the reference reloaded from the policy after every step (needs kl_coef > 0) -> kl_ref near 0",
+    # optimizer and accumulation (update.py, train.py)
+    "no_zero_grad": "optimizer.zero_grad() dropped: gradients accumulate across minibatches and steps "
+                    "-> grad_norm climbing; a 'gradients are zero before backward' invariant",
+    "zero_grad_per_micro": "zero_grad inside the microbatch loop: only the last microbatch's gradient is kept "
+                           "(needs microbatches > 1) -> check 6 at that setting",
+    "optimizer_per_step": "Adam rebuilt every step: its moments and step count reset -> 'optimizer state persists' invariant",
+    # evaluation / RNG (train.py)
+    "eval_train_rng": "held-out evaluation samples from the training generator: the eval schedule changes "
+                      "training -> 'same seed, same rows whatever the eval schedule'",
+    "log_sample_rng": "logging a sample episode draws its index from the training generator -> "
+                      "'same seed, same rows whatever the logging schedule'",
+    # reward / config (sampler.py)
+    "env_cfg_ignored": "the sampler builds a default EnvConfig: configured reward / max_turns silently ignored "
+                       "(needs --reward public or --max-turns != 6) -> short run at that setting",
+    "unsubmitted_rewarded": "episodes that run out of turns are scored on the public tests of their last code "
+                            "-> short run (stalling pays)",
+}
+
+# The setting a fault needs to bite (beyond the defaults); the rest bite at the defaults.
+NEEDS = {
+    "logp_no_temp": {"temperature": 0.7},
+    "adv_no_eps": {"flat_group": True},
+    "clip_low_eps": {"ratio_outside_clip": True},
+    "clip_max": {"ratio_outside_clip": True},
+    "seq_mean_padded": {"loss_mode": "seq_mean_token_mean"},
+    "kl_detached": {"kl_coef": 0.1},
+    "kl_sign": {"kl_coef": 0.1},
+    "ref_synced": {"kl_coef": 0.1},
+    "zero_grad_per_micro": {"microbatches": 2},
+    "env_cfg_ignored": {"max_turns": 3},
+}
+
+BUGS = {**CHAPTER, **CATALOGUE}
 SAMPLER_TEMP, ENTROPY_COEF = 0.7, 0.3
+SAMPLER_TOP_K = 3
 
 
 def check_bug(bug: str | None) -> str | None:

@@ -17,31 +17,41 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6, bug=None) -> torch.Tensor:
     """GRPO: reward minus its group mean, over the group std. Rows are laid out group by group."""
     r = rewards.view(-1, group_size)                                          # [P, G]
-    adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
+    dim = 0 if bug == "adv_wrong_axis" else -1   # mean over the batch axis (XU-YIJIE/grpo-flat#2)
+    std = r.std() if bug == "adv_batch_std" else r.std(dim, keepdim=True)    # global std (NVIDIA-NeMo/RL#1423)
+    if bug == "adv_no_eps":       # a flat group: 0 / 0 (Tencent-Hunyuan/UniRL#330)
+        eps = 0.0
+    adv = (r - r.mean(dim, keepdim=True)) / (std + eps)
     return adv.flatten()                                                      # [B]
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, bug=None) -> torch.Tensor:
     """token_mean weighs every token alike; seq_mean_token_mean weighs every episode alike,
     so a long failing episode spreads its penalty thin (the length-bias mechanism)."""
     if mode == "token_mean":
         return masked_mean(per_token, mask)
     if mode == "seq_mean_token_mean":
         per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)     # [B]
+        if bug == "seq_mean_padded":   # divided by the padded width (d2l-ai/d2l-en#2707)
+            per_seq = (per_token * mask).sum(-1) / mask.shape[-1]
         return per_seq.mean()
     raise ValueError(f"unknown loss_mode {mode!r}")
 
 
-def policy_loss(logp, old_logp, advantages, mask, clip_eps: float, mode: str):
+def policy_loss(logp, old_logp, advantages, mask, clip_eps: float, mode: str, bug=None):
     """PPO clipped surrogate -> (loss, stats of the ratio on trained tokens)."""
     log_ratio = logp - old_logp                                               # [B, T-1]
+    if bug == "ratio_inverted":   # exp(old - new) (openai/baselines#1218)
+        log_ratio = old_logp - logp
     ratio = log_ratio.exp()
     adv = advantages[:, None]                                                 # [B, 1]
-    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
-    loss = aggregate(-torch.min(ratio * adv, clipped * adv), mask, mode)
+    low = clip_eps if bug == "clip_low_eps" else 1 - clip_eps                 # [eps, 1 + eps] (ChenmienTan/RL2#21)
+    clipped = ratio.clamp(low, 1 + clip_eps)
+    pessimistic = torch.max if bug == "clip_max" else torch.min               # the min left out (tensorforce/tensorforce#106)
+    loss = aggregate(-pessimistic(ratio * adv, clipped * adv), mask, mode, bug)
     with torch.no_grad():
         on = mask > 0
         r = ratio[on] if on.any() else torch.ones(1)

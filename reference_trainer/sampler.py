@@ -13,7 +13,8 @@ import torch
 
 from .config import EnvConfig, SamplerConfig
 from .env import OWNER, Env, Trajectory
-from .tasks import Task
+from .faults import SAMPLER_TOP_K
+from .tasks import Task, passes
 from .tokenizer import Tokenizer
 
 __all__ = ["OWNER", "Trajectory", "sample_episodes", "sample_groups"]
@@ -21,7 +22,7 @@ __all__ = ["OWNER", "Trajectory", "sample_episodes", "sample_groups"]
 
 @torch.no_grad()
 def sample_episodes(model, tasks: list[Task], tok: Tokenizer, env_cfg: EnvConfig, temperature: float,
-                    generator: torch.Generator, use_cache: bool = True) -> list[Trajectory]:
+                    generator: torch.Generator, use_cache: bool = True, bug: str | None = None) -> list[Trajectory]:
     """One episode per entry of `tasks`, all sampled in lockstep."""
     envs = [Env(t, tok, env_cfg) for t in tasks]
     B = len(envs)
@@ -36,12 +37,16 @@ def sample_episodes(model, tasks: list[Task], tok: Tokenizer, env_cfg: EnvConfig
         sampled_set = set(sampled)
         if sampled:
             logp_all = torch.log_softmax(logits[sampled] / temperature, dim=-1)   # [b, V]
+            if bug == "sampler_top_k":   # engine-side top-k, its processed log-probs recorded (modelscope/ms-swift#8442)
+                kth = logp_all.topk(SAMPLER_TOP_K, dim=-1).values[:, -1:]
+                logp_all = logp_all.masked_fill(logp_all < kth, float("-inf")).log_softmax(-1)
             picks = torch.multinomial(logp_all.exp(), 1, generator=generator)[:, 0]
             picked_logp = logp_all.gather(-1, picks[:, None])[:, 0]
         for j, i in enumerate(sampled):
             token = int(picks[j])
             next_ids[i] = token
-            trajs[i].ids.append(token), trajs[i].owner.append(OWNER["policy"])
+            stop = bug == "stop_token_unowned" and token == tok.end_id   # stop string stripped, re-added (rasbt/reasoning-from-scratch#185)
+            trajs[i].ids.append(token), trajs[i].owner.append(OWNER["env" if stop else "policy"])
             trajs[i].sample_logp.append(float(picked_logp[j]))
             call[i].append(token)
             if token == tok.end_id or len(call[i]) >= env_cfg.max_call_tokens:
@@ -62,12 +67,19 @@ def sample_episodes(model, tasks: list[Task], tok: Tokenizer, env_cfg: EnvConfig
             window = torch.tensor([t.ids + [tok.pad_id] * (pos + 1 - len(t.ids)) for t in trajs])
             logits = model(window)[:, -1]
         pos += 1
+    if bug == "unsubmitted_rewarded":   # truncated episodes scored anyway (huggingface/trl#3248, Tencent-Hunyuan/UniRL#19)
+        for env in envs:
+            if not env.info.submitted:
+                env.info.reward = float(passes(env.code, env.task.public))
     return trajs
 
 
 def sample_groups(model, tasks: list[Task], tok: Tokenizer, env_cfg: EnvConfig, sampler_cfg: SamplerConfig,
-                  generator: torch.Generator, temperature: float | None = None) -> list[Trajectory]:
+                  generator: torch.Generator, temperature: float | None = None,
+                  bug: str | None = None) -> list[Trajectory]:
     """`group_size` episodes of each task, laid out group by group: [task0 x G, task1 x G, ...]."""
     episodes = [t for t in tasks for _ in range(sampler_cfg.group_size)]
     temp = sampler_cfg.temperature if temperature is None else temperature
-    return sample_episodes(model, episodes, tok, env_cfg, temp, generator)
+    if bug == "env_cfg_ignored":   # a default beats the configured one (mozilla-ai/any-agent#732)
+        env_cfg = EnvConfig()
+    return sample_episodes(model, episodes, tok, env_cfg, temp, generator, bug=bug)

@@ -79,16 +79,23 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
     history = []
     for step in range(steps):
         t0 = time.perf_counter()
+        if bug == "optimizer_per_step" and step:   # rebuilt each step, its moments lost (alan-turing-institute/deepsensor#47)
+            optimizer = torch.optim.Adam(model.parameters(), lr=cfg.update.lr)
         picked = [tasks[i] for i in torch.randperm(len(tasks), generator=gen)[: cfg.sampler.tasks_per_step].tolist()]
-        trajs = sample_groups(model, picked, tok, cfg.env, cfg.sampler, gen, temperature=sampler_temp)
+        trajs = sample_groups(model, picked, tok, cfg.env, cfg.sampler, gen, temperature=sampler_temp, bug=bug)
         batch = collate(trajs, tok.pad_id, cfg.sampler.group_size)
         if hook is not None:
             hook.before_update(step, model=model, optimizer=optimizer, batch=batch, generators={"train": gen},
                                frozen={"ref": ref_model})   # stored only when a snapshot is saved
         update_stats = rl_update(model, optimizer, batch, cfg, bug, ref_model, gen)
+        if bug == "ref_synced" and ref_model is not None:   # reference synced to the policy every step (aburkov/theLMbook#8)
+            ref_model.load_state_dict(model.state_dict())
         row = {"step": step, **rollout_row(trajs, cfg.sampler.group_size), **update_stats}
+        if bug == "log_sample_rng" and step % eval_every == 0:   # a sample episode to print, from the training stream (wandb/wandb#462)
+            example = trajs[int(torch.randint(len(trajs), (1,), generator=gen))]   # noqa: F841 (shown by a verbose logger)
         if eval_tasks is not None and (step % eval_every == 0 or step == steps - 1):
-            row["eval_pass"] = evaluate(model, eval_tasks, tok, cfg, torch.Generator().manual_seed(step))["pass_rate"]
+            eval_gen = gen if bug == "eval_train_rng" else torch.Generator().manual_seed(step)   # karpathy/char-rnn#17
+            row["eval_pass"] = evaluate(model, eval_tasks, tok, cfg, eval_gen)["pass_rate"]
         row["step_time"] = time.perf_counter() - t0
         unknown = set(row) - set(METRICS) - {"step", "step_time"}
         assert not unknown, f"metrics not named in rlbisect.metrics: {unknown}"

@@ -39,10 +39,12 @@ def _share(part_mask, mask, mode):
 def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None):
     """The loss of `rows` in one forward pass -> (loss tensor, stats). No backward."""
     u, temp, ids = cfg.update, cfg.sampler.temperature, batch["ids"]
+    if bug == "logp_no_temp":     # the sampler's temperature never reaches the trainer (huggingface/trl#3029)
+        temp = 1.0
     m = mask[rows]
     logits = model(ids[rows])[:, :-1] / temp                                  # [b, T-1, V]
     logp = selected_log_probs(logits, ids[rows, 1:])
-    loss, stats = policy_loss(logp, old_logp[rows], advantages[rows], m, u.clip_eps, u.loss_mode)
+    loss, stats = policy_loss(logp, old_logp[rows], advantages[rows], m, u.clip_eps, u.loss_mode, bug)
     in_loss = bug == "entropy_sign" or u.entropy_coef > 0
     with torch.set_grad_enabled(in_loss and torch.is_grad_enabled()):   # logged only: no graph
         entropy = masked_mean(entropy_from_logits(logits), m)
@@ -53,8 +55,10 @@ def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None
     if ref_model is not None:
         with torch.no_grad():
             ref_logp = selected_log_probs(ref_model(ids[rows])[:, :-1] / temp, ids[rows, 1:])
-        kl = masked_mean(kl_penalty(logp, ref_logp, u.kl_kind), m)
-        loss = loss + u.kl_coef * kl
+        # kl_detached: the estimator run under no_grad, a logged number only (NovaSky-AI/SkyRL#1340)
+        kl = masked_mean(kl_penalty(logp.detach() if bug == "kl_detached" else logp, ref_logp, u.kl_kind), m)
+        kl_sign = -1.0 if bug == "kl_sign" else 1.0   # the penalty subtracted (Jiayi-Pan/TinyZero#72)
+        loss = loss + kl_sign * u.kl_coef * kl
         stats["kl_ref"] = kl.item()
     stats["entropy"] = entropy.item()
     return loss, stats
@@ -72,6 +76,8 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     out = {"loss": 0.0, "ratio_max": float("-inf"), "ratio_min": float("inf")}
     for part, w in zip(parts, weights):
         loss, stats = minibatch_loss(model, batch, part, mask, old_logp, advantages, cfg, bug, ref_model)
+        if bug == "zero_grad_per_micro":   # zeroed per forward/backward, not per step (pytorch/torchtitan#3575)
+            model.zero_grad()
         (w * loss).backward()
         out["loss"] += w * loss.item()
         for k in ("clip_frac", "approx_kl", "entropy", "kl_ref"):
@@ -95,7 +101,8 @@ def rl_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generator=
         for rows in torch.randperm(len(advantages), generator=generator).chunk(u.minibatches):
             if bug == "stale_old_logp":   # the no-grad forward moved inside the minibatch loop
                 old_logp = prepare_batch(model, batch, cfg)[1]
-            optimizer.zero_grad()
+            if bug != "no_zero_grad":   # gradients never cleared (meta-pytorch/torchforge#71)
+                optimizer.zero_grad()
             stats = minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug, ref_model)
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), u.max_grad_norm))
             optimizer.step()

@@ -16,6 +16,7 @@ from rlbisect.bisect.options import BisectOptions as B
 from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
 from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
 from rlbisect.errors import InputError, Interrupted
+from rlbisect.check.adapter import parse_adapter_opts
 from rlbisect.runlog import parse_metric_map
 
 
@@ -36,6 +37,21 @@ def output_path(path: str | None, flag: str) -> Path | None:
     return p
 
 
+def probe_seed_list(seed: int | None, probe_seeds: str | None) -> list[int]:
+    """--seed N or --probe-seeds A,B,C (not both) -> the probe seeds, default [1]."""
+    if probe_seeds is None:
+        return [1 if seed is None else seed]
+    if seed is not None:
+        raise InputError("give --seed or --probe-seeds, not both")
+    try:
+        seeds = [int(x) for x in probe_seeds.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--probe-seeds {probe_seeds}: expected integers, e.g. 1,2,3") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise InputError(f"--probe-seeds {probe_seeds}: give distinct seeds, e.g. 1,2,3")
+    return seeds
+
+
 def bisect_options(**given) -> B:
     """:class:`BisectOptions` from the flags; a value pydantic refuses is one line, exit 2."""
     try:
@@ -53,6 +69,9 @@ def run_cmd(
     repo: str = typer.Option(".", "--repo", help="the git repository (default: current directory)"),
     predicate: str = typer.Option(None, "--predicate", help="predicate NAME[:ARG] (default: the command after --, else invariants)"),
     adapter: str = typer.Option(None, "--adapter", help="invariants: " + _doc(I, "adapter")),
+    probe_seeds: str = typer.Option(None, "--probe-seeds", help="invariants: " + _doc(I, "probe_seeds")),
+    adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="invariants: " + _doc(I, "adapter_opts")),
+    runs: bool = typer.Option(None, "--runs", help="invariants: " + _doc(I, "runs")),
     metric: str = typer.Option(None, "--metric", help="short-run: " + _doc(S, "metric")),
     metrics: str = typer.Option(None, "--metrics", help="short-run: " + _doc(S, "metrics")),
     metrics_file: str = typer.Option(None, "--metrics-file", help="short-run: " + _doc(S, "metrics_file")),
@@ -116,7 +135,10 @@ def run_cmd(
     outputs = {flag: output_path(p, flag) for flag, p in
                (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}
     pred = make_predicate(predicate, command_ or [], options=dict(
-        adapter=adapter, metric=metric, steps=steps, seeds=seeds, max_seeds=max_seeds,
+        adapter=adapter, adapter_opts=parse_adapter_opts(adapter_opt) if adapter_opt else None,
+        probe_seeds=probe_seed_list(None, probe_seeds) if probe_seeds else None, runs=runs or None,
+        metric=metric,
+        steps=steps, seeds=seeds, max_seeds=max_seeds,
         direction=direction, runner=runner, window=window, metrics_file=metrics_file,
         metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
         metric_map=parse_metric_map(metric_map) if metric_map else None))

@@ -89,17 +89,25 @@ def step_line(row: dict) -> str:
     return " | ".join(parts)
 
 
+def detector_config(cfg):
+    """The spike detectors for this run's shape: optimizer steps per sampled batch."""
+    from rlbisect.steps.spikes import SpikeConfig
+    return SpikeConfig.for_trainer(cfg.update.epochs * cfg.update.minibatches)
+
+
 def make_hook(snapshot_dir, every: int | None, cfg, bug: str | None):
     """The hook ``rlbisect train --snapshot-dir`` arms: a config ``replay_reference`` can rebuild
     from, the post-update weights, and room for every snapshot of a short run."""
     from rlbisect.steps.hook import SnapshotHook
     return SnapshotHook(snapshot_dir, every=every, keep_last=KEEP, max_snapshots=KEEP,
-                        keep_post_update=True,
+                        keep_post_update=True, detectors=detector_config(cfg),
                         config={"trainer": "reference_trainer", "bug": bug, "rl": cfg.model_dump()})
 
 
-def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None) -> TrainResult:
-    """Train TinyAgent from its starting policy; rows go to ``s.out`` and ``on_row`` as they come.
+def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
+          on_hit: Callable | None = None) -> TrainResult:
+    """Train TinyAgent from its starting policy; rows go to ``s.out`` and ``on_row`` as they come,
+    each spike detector hit to ``on_hit`` (saved as a replayable step with ``s.snapshot_dir``).
     Raises :class:`~rlbisect.errors.InputError` for settings the trainer refuses."""
     from pydantic import ValidationError
 
@@ -120,7 +128,10 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None) -> Tra
         raise InputError(str(e)) from None
     if s.snapshot_every is not None and s.snapshot_dir is None:
         raise InputError("--snapshot-every needs --snapshot-dir")
+    from rlbisect.steps.spikes import DetectorSet
     hook = None if s.snapshot_dir is None else make_hook(s.snapshot_dir, s.snapshot_every, cfg, s.bug)
+    # without a hook the detectors still watch (and say so): only saving needs --snapshot-dir
+    watch = None if hook is not None else DetectorSet.from_config(detector_config(cfg))
     result = TrainResult()
     sink = open(s.out, "w") if s.out else None
 
@@ -129,15 +140,25 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None) -> Tra
             sink.write(json.dumps(row) + "\n")
             sink.flush()
         result.rows.append(row)
+        new = hook.hits[len(result.hits):] if hook is not None else watch.update(row["step"], row)
+        result.hits += new
         if on_row:
             on_row(row)
+        for hit in new:
+            if on_hit:
+                on_hit(hit)
     try:
         run(cfg, s.steps, s.bug, s.eval_every, row_done, hook)
+    except Exception as e:
+        if hook is not None and (saved := hook.step_failed(e)) is not None:
+            e.add_note(f"rlbisect: the failing step's state is saved in {saved} "
+                       "(rlbisect replay it)")
+        raise
     finally:
         if sink:
             sink.close()
-    if hook is not None:
-        result.snapshots, result.hits = hook.kept(), hook.hits
+        if hook is not None:
+            result.snapshots = hook.kept()
     return result
 
 

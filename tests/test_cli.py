@@ -25,14 +25,15 @@ def test_check_json():
     r = runner.invoke(app, ["check", "--json", "--bug", "accum_local"])
     out = json.loads(r.output)
     assert r.exit_code == 1 and not out["accumulated = one-pass gradient"]["passed"]
-    assert out["mask = policy tokens"] == {"value": 0.0, "passed": True}
+    assert out["mask = policy tokens"] == {"value": 0.0, "passed": True, "seed": 1}
 
 
 def test_check_matrix_json_and_plot(tmp_path):
     png = tmp_path / "m.png"
     r = runner.invoke(app, ["check", "--matrix", "--json", "--plot", str(png)])
     table = json.loads(r.output)
-    assert r.exit_code == 0 and list(table)[0] == "none" and len(table) == 8
+    from reference_trainer.faults import BUGS
+    assert r.exit_code == 0 and list(table) == ["none", *BUGS] and len(table) == 31   # 7 + 23 faults
     assert [k for k, v in table["sign_flip"].items() if not v["passed"]] == ["update raises log pi where A > 0"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -52,6 +53,15 @@ def test_train_writes_rows_and_a_compact_line_per_step(tmp_path):
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert r.exit_code == 0 and [row["step"] for row in rows] == [0, 1] and "eval_pass" in rows[1]
     assert r.output.count("step ") == 2 and "reward" in r.output
+    assert "detector" not in r.output   # healthy: silent
+
+
+def test_train_says_when_a_detector_fires_with_or_without_a_snapshot_dir(tmp_path):
+    r = runner.invoke(app, ["train", "--steps", "1", "--lr", "1e-2"])   # approx_kl 0.15 at step 0
+    assert r.exit_code == 0 and "detector ceiling:approx_kl fired at step 0" in r.output
+    assert "not saved: add --snapshot-dir" in r.output
+    r = runner.invoke(app, ["train", "--steps", "1", "--lr", "1e-2", "--snapshot-dir", str(tmp_path)])
+    assert "fired at step 0" in r.output and "; saved" in r.output and (tmp_path / "step-000000.pt").exists()
 
 
 def test_plot_dashboard(tmp_path):

@@ -7,10 +7,10 @@
 
 from rlbisect.check.adapter import (DEFAULT_ADAPTER, AdapterError, Prepared, TrainerAdapter, Truth,
                                     load_adapter)
-from rlbisect.check.invariants import (INVARIANTS, CheckResult, check_matrix, register_invariant,
-                                       sanity_checks)
+from rlbisect.check.invariants import (INVARIANTS, CheckResult, check_matrix, check_seeds,
+                                       register_invariant, sanity_checks)
 from rlbisect.check.thresholds import Thresholds
 
 __all__ = ["DEFAULT_ADAPTER", "INVARIANTS", "AdapterError", "CheckResult", "Prepared", "Thresholds",
-           "TrainerAdapter", "Truth", "check_matrix", "load_adapter", "register_invariant",
+           "TrainerAdapter", "Truth", "check_matrix", "check_seeds", "load_adapter", "register_invariant",
            "sanity_checks"]

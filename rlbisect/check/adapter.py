@@ -171,3 +171,19 @@ def load_adapter(spec: str, **options) -> TrainerAdapter:
 
 
 DEFAULT_ADAPTER = "reference_trainer.adapter:make_adapter"
+
+
+def parse_adapter_opts(pairs: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs (``--adapter-opt``) -> factory keyword arguments; a value that reads as
+    JSON (a number, true/false, null, a list) is passed as that, anything else as a string."""
+    import json
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise AdapterError(f"--adapter-opt {pair!r}: expected KEY=VALUE, e.g. temperature=0.7")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out

@@ -14,26 +14,40 @@ log-probability, a one-pass gradient, a fresh recomputation, advantages recomput
     8 update raises log pi where A > 0  corr(change of log pi(episode), advantage) after one update
     9 KL to reference > 0 after a step  KL(policy || reference) after one update (skipped without a reference)
 
+Beyond the chapter's nine, parts of the update it left unchecked:
+
+   10 clip stops the gradient outside 1 +- eps   with old log-probs set so ratio = e (A > 0) or 1/e
+                                        (A < 0), the advantage term's gradient must vanish:
+                                        |g(A) - g(0)| / |g_minibatch|
+   11 KL term pulls toward the reference   after one update, a small step along the KL term's
+                                        gradient (the loss with the reference minus without, A = 0)
+                                        must lower KL(policy || reference): its relative
+                                        decrease (skipped without a reference, or when the adapter's
+                                        `loss` takes no `ref`)
+
+A check that cannot apply to a trainer (no reference model, an objective other than PPO's
+clipped surrogate: the adapter's ``objective`` attribute) returns :class:`NotApplicable` and is
+reported as n/a with its reason: never a failure, never dropped.
+
 Users add their own with `@register_invariant("name")`; a registered check runs wherever the nine do.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Optional
 
 import torch
 from rlbisect.check.adapter import Prepared, TrainerAdapter
+from rlbisect.check.results import CheckResult, NotApplicable, as_json, over_seeds  # noqa: F401 (re-exported)
 from rlbisect.check.thresholds import Thresholds
 
 
-@dataclass
-class CheckResult:
-    name: str
-    value: float
-    passed: bool
+def ppo_clip(adapter) -> bool:
+    """Whether the adapter's objective is PPO's clipped surrogate (the chapter's; the default when
+    an adapter does not say). Others declare ``objective = "cispo"``, ``"reinforce"``, ..."""
+    return getattr(adapter, "objective", "ppo-clip") == "ppo-clip"
 
 
 def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
@@ -101,10 +115,27 @@ class CheckContext:
         stats = self.adapter.update(trained, self.batch, ref)
         new_logp = self.adapter.log_probs(trained, self.batch)
         ref_logp = None if ref is None else self.adapter.log_probs(ref, self.batch)
-        return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp}
+        return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp, "model": trained, "ref": ref}
+
+    def few_rows(self, n: int = 4) -> torch.Tensor:
+        """Up to n rows of the minibatch with A > 0 and n with A < 0: enough to see a gradient
+        term, at a fraction of a minibatch's cost."""
+        adv = self.prep.advantages
+        rows = self.minibatch.tolist()
+        return torch.tensor([r for r in rows if adv[r] > 0][:n] + [r for r in rows if adv[r] < 0][:n],
+                            dtype=torch.long)
+
+    def gradient(self, model: torch.nn.Module, rows: torch.Tensor, prep: Prepared, **kw) -> torch.Tensor:
+        """The gradient of the trainer's one-pass loss of ``rows`` (``kw``: e.g. the reference)."""
+        model.zero_grad()
+        loss, _ = self.adapter.loss(model, self.batch, rows, prep, **kw)
+        loss.backward()
+        grad = _flat_grad(model)
+        model.zero_grad()
+        return grad
 
 
-Check = Callable[[CheckContext], tuple[float, bool]]
+Check = Callable[[CheckContext], "tuple[float, bool] | NotApplicable"]
 INVARIANTS: dict[str, Check] = {}
 
 
@@ -178,11 +209,66 @@ def _direction(ctx):
 @register_invariant("KL to reference > 0 after a step")
 def _kl_ref(ctx):
     ref_logp = ctx.stepped["ref_logp"]
-    if ref_logp is None:                          # no KL term configured: nothing to check
-        return 0.0, True
+    if ref_logp is None:
+        return NotApplicable("no reference model: the trainer uses no KL term")
     x = ref_logp - ctx.stepped["new_logp"]
     value = float(_masked_mean(x.exp() - x - 1, ctx.truth.owned))
     return value, value > ctx.t.kl_ref
+
+
+@register_invariant("clip stops the gradient outside 1 +- eps")
+def _clip(ctx):
+    if not ppo_clip(ctx.adapter):
+        return NotApplicable(f"the objective is {ctx.adapter.objective}, not PPO's clipped surrogate: "
+                             "it keeps a gradient outside the clip range by design")
+    rows = ctx.few_rows()
+    if not len(rows):
+        return NotApplicable("every group in the probe batch is flat: no advantage term to clip")
+    adv = ctx.prep.advantages
+    # old = logp - sign(A): ratio e where A > 0, 1/e where A < 0, outside any sane clip range, on
+    # the side where PPO's min() keeps the clipped (constant) term
+    old = ctx.trainer_logp - torch.sign(adv)[:, None]
+    leak = (ctx.gradient(ctx.model, rows, Prepared(ctx.prep.mask, old, adv))
+            - ctx.gradient(ctx.model, rows, Prepared(ctx.prep.mask, old, torch.zeros_like(adv)))).norm()
+    value = float(leak / ctx.one_pass[0].norm().clamp(min=1e-30))
+    return value, value < ctx.t.clip_leak
+
+
+# Small enough to stay linear (the KL decrease scaled 10x per decade of step from 1e-6 to 1e-4 on
+# TinyAgent; at 1e-3 it overshoots and can rise), large enough to stand above float noise.
+KL_STEP = 1e-5
+
+
+@register_invariant("KL term pulls toward the reference")
+def _kl_pull(ctx):
+    import inspect
+    ref, trained = ctx.stepped["ref"], ctx.stepped["model"]
+    if ref is None:
+        return NotApplicable("no reference model: the trainer uses no KL term")
+    if "ref" not in inspect.signature(ctx.adapter.loss).parameters:
+        return NotApplicable("the adapter's loss() takes no `ref`, so its KL term cannot be asked for")
+    rows = ctx.minibatch[:8]
+    mask = ctx.truth.owned[rows]
+
+    def kl(logp: torch.Tensor) -> float:
+        x = ctx.stepped["ref_logp"][rows] - logp[rows]
+        return float(_masked_mean(x.exp() - x - 1, mask))
+    # the KL term's own gradient: the loss with the reference minus without (A = 0 both), so an
+    # entropy term or any other regularizer cancels out
+    prep = Prepared(ctx.prep.mask, ctx.stepped["new_logp"], torch.zeros_like(ctx.prep.advantages))
+    g = ctx.gradient(trained, rows, prep, ref=ref) - ctx.gradient(trained, rows, prep)
+    before = kl(ctx.stepped["new_logp"])
+    moved = copy.deepcopy(trained)
+    with torch.no_grad():                         # a small step, scale-free: KL_STEP of the weights' norm
+        flat = torch.cat([p.flatten() for p in moved.parameters()])
+        step = g * (KL_STEP * flat.norm() / g.norm().clamp(min=1e-30))
+        i = 0
+        for p in moved.parameters():
+            p -= step[i:i + p.numel()].view_as(p)
+            i += p.numel()
+    after = kl(ctx.adapter.log_probs(moved, ctx.batch))
+    value = (before - after) / max(before, 1e-30)
+    return value, value > ctx.t.kl_pull
 
 
 BUILTIN = list(INVARIANTS)
@@ -193,31 +279,37 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
     ctx = CheckContext(adapter, thresholds or Thresholds())
     out = {}
     for name, fn in INVARIANTS.items():
-        value, passed = fn(ctx)
-        out[name] = CheckResult(name, float(value), bool(passed))
+        got = fn(ctx)
+        out[name] = CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable) \
+            else CheckResult(name, float(got[0]), bool(got[1]))
     return out
 
 
-def check_matrix(make_adapter: Callable[[Optional[str]], TrainerAdapter],
+def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
+                thresholds: Optional[Thresholds] = None, runs: bool = False) -> dict[str, CheckResult]:
+    """The checks on one probe batch per seed, merged (:func:`over_seeds`); with ``runs`` then
+    the run-level checks (:mod:`rlbisect.check.runs`, once: they train)."""
+    from rlbisect.check.runs import run_checks
+    adapters = {seed: make_adapter(seed) for seed in seeds}
+    out = over_seeds({seed: sanity_checks(a, thresholds) for seed, a in adapters.items()})
+    return {**out, **run_checks(adapters[seeds[0]])} if runs else out
+
+
+def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], seeds: list[int],
                  thresholds: Optional[Thresholds] = None,
-                 on_row: Optional[Callable[[Optional[str], dict], None]] = None
+                 on_row: Optional[Callable[[Optional[str], dict], None]] = None, runs: bool = False
                  ) -> dict[str, dict[str, CheckResult]]:
     """The checks with no fault, then once per fault switch the adapter lists in its ``faults``
-    attribute -> {"none" | fault: {check: CheckResult}}."""
+    attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks)
+    -> {"none" | fault: {check: CheckResult}}."""
     from rlbisect.errors import InputError
-    healthy = make_adapter(None)
-    faults = list(getattr(healthy, "faults", None) or [])
+    faults = list(getattr(make_adapter(None, seeds[0]), "faults", None) or [])
     if not faults:
-        raise InputError(f"--matrix runs the checks once per fault switch, and "
-                         f"{type(healthy).__name__} lists none (give it a `faults` attribute)")
+        raise InputError("--matrix runs the checks once per fault switch, and the adapter lists "
+                         "none (give it a `faults` attribute)")
     out = {}
     for fault in [None, *faults]:
-        out[fault or "none"] = sanity_checks(healthy if fault is None else make_adapter(fault), thresholds)
+        out[fault or "none"] = check_seeds(lambda seed: make_adapter(fault, seed), seeds, thresholds, runs)
         if on_row is not None:
             on_row(fault, out[fault or "none"])
     return out
-
-
-def as_json(results: dict[str, CheckResult]) -> dict[str, dict]:
-    """{check name: {"value": float, "passed": bool}}."""
-    return {name: {"value": r.value, "passed": r.passed} for name, r in results.items()}

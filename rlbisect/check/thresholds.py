@@ -19,6 +19,9 @@ class Thresholds(BaseModel):
                                                 "exactly 0 or float noise; a real update moves it by >1e-5)")
     correlation: float = Field(0.0, description="corr(change of log pi, advantage) must exceed this")
     kl_ref: float = Field(0.0, description="KL to the reference after one update must exceed this")
+    clip_leak: float = Field(1e-6, description="max advantage-term gradient, relative to the minibatch's, "
+                                               "where the ratio is outside the clip range")
+    kl_pull: float = Field(0.0, description="relative KL decrease along the KL term's gradient must exceed this")
 
     @classmethod
     def bf16(cls) -> "Thresholds":

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path

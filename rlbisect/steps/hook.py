@@ -9,7 +9,9 @@
 
 `before_update` clones the pre-update state in memory (model and optimizer tensors, the batch, RNG
 states): no disk I/O and no device sync, so an armed hook costs a few memory copies per step.
-`after_update` feeds the detectors and writes a file only when one fires or `step % every == 0`.
+`after_update` feeds the detectors and writes a file only when one fires or `step % every == 0`;
+a step that raises instead (`step_failed`, automatic with `with hook.update(...)`) is saved too,
+with the error as its hit, before the exception goes on.
 
 Modules the update reads but never changes (a frozen KL reference) go in `frozen={"ref": ref}`:
 they are written only when a snapshot is saved, so they cost nothing on the other steps, and a
@@ -154,6 +156,25 @@ class SnapshotHook:
             self._save(snap, model)
         return hits
 
+    def step_failed(self, error: BaseException) -> Path | None:
+        """The step begun by the last ``before_update`` raised: save its pre-update state, with a
+        ``raised`` hit naming the error, so the failure can be replayed. Call it from the
+        training loop's ``except`` before re-raising (``update()`` does it for you). Returns the
+        file written, or None (nothing kept, an interrupt, or the save failed)."""
+        if self._pending is None or not isinstance(error, Exception):   # Ctrl-C is no finding
+            self._pending = None
+            return None
+        snap, model, frozen = self._pending
+        self._pending = None
+        message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+        hit = Hit("raised", type(error).__name__, snap.step, None, f"the step raised {message}")
+        self.hits.append(hit)
+        snap.hits, snap.stats = [hit], {}
+        snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
+        before = len(self.saved)
+        self._save(snap, model)
+        return self.saved[-1] if len(self.saved) > before else None
+
     @contextmanager
     def update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                batch: Mapping[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
@@ -163,8 +184,8 @@ class SnapshotHook:
         self.before_update(step, model, optimizer, batch, generators, frozen)
         try:
             yield rec
-        except BaseException:
-            self._pending = None  # a failed update has no statistics to record
+        except BaseException as e:
+            self.step_failed(e)   # the state that made it fail, kept for replay
             raise
         if rec.stats is None:
             raise RuntimeError("call rec.log(stats) inside `with hook.update(...)`")

@@ -9,15 +9,22 @@ defaults watch the signals that move before the reward does:
              (median absolute deviation), e.g. `grad_norm`; robust to heavy-tailed RL statistics.
 * `ceiling`  an absolute bound; the only kind that can fire at step 0, before any history exists
              (a learning rate ten times too high shows as a huge `approx_kl` on the very first step).
-* `stuck`    signals exactly at their trivial value for k consecutive steps, e.g. `clip_frac == 0`
-             and `ratio_max == 1` (old log-probs recomputed after the update: PPO is a no-op).
+* `stuck`    signals exactly at a telling value in k of the last n steps, e.g. `clip_frac == 0`
+             and `ratio_max == 1` (old log-probs recomputed after the update: PPO is a no-op),
+             `clip_frac == 1` (every token clipped), `kl_ref == 0` on every other step.
+* `trend`    a signal that rose on each of the last k steps to a multiple of where the climb began
+             (`grad_norm` creeping up: too slow for a spike rule, which absorbs level shifts).
+* `relative` a signal several times the run's own early level, under any fixed ceiling
+             (`approx_kl` 5x its first steps' median: the update grew, not the noise).
 * `nonfinite` NaN or Inf in any numeric value of the row.
+
+Rules know the trainer's shape: with one optimizer step per batch the ratio is 1 by construction,
+so `SpikeConfig.for_trainer(updates_per_batch=1)` leaves out the "no clipping ever" rule.
 
 Every detector is edge-triggered: it fires when its condition starts and stays silent until the
 condition has cleared, so a run broken from step 0 yields one hit per detector, not one per step.
-Pure: no I/O, no torch. All default numbers live in `SpikeConfig` below.
+Pure: no I/O, no torch. The rules and all default numbers live in `spike_rules.SpikeConfig`.
 """
-
 from __future__ import annotations
 
 import math
@@ -27,9 +34,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from rlbisect.steps.spike_rules import (CeilingRule, MadRule, RelativeRule, SpikeConfig, StuckRule,
+                                        TrendRule)
 
-from rlbisect.metrics import METRICS
+__all__ = ["CeilingRule", "DetectorSet", "Hit", "MadRule", "RelativeRule", "SpikeConfig", "StuckRule",
+           "TrendRule", "default_detectors"]
 
 
 @dataclass(frozen=True)
@@ -50,101 +59,6 @@ class Hit:
         value = d.get("value")
         return cls(str(d["detector"]), str(d["signal"]), int(d["step"]),
                    None if value is None else float(value), str(d["message"]))
-
-
-def _known(name: str) -> str:
-    # A misspelt signal would make its detector silently never fire: refuse it up front.
-    if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; names come from rlbisect.metrics.METRICS")
-    return name
-
-
-class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MadRule(_Rule):
-    """Fire when `value - median > k * max(MAD, rel_floor * |median|)` over the last `window` steps."""
-
-    signal: str = Field(description="metric name from rlbisect.metrics")
-    k: float = Field(10.0, gt=0, description="how many MADs above the running median count as a spike")
-    window: int = Field(100, ge=3, description="steps of history the median and MAD are taken over")
-    warmup: int = Field(8, ge=3, description="steps of history needed before the rule may fire")
-    rel_floor: float = Field(1.0, ge=0, description="MAD floor as a share of |median|; at 1.0 a "
-                             "spike needs at least (1 + k) x the running median, however steady the signal")
-    min_value: float = Field(0.0, ge=0, description="values at or below this never fire "
-                             "(a noise floor, e.g. float round-off)")
-
-    @field_validator("signal")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _known(v)
-
-
-class CeilingRule(_Rule):
-    """Fire when the value exceeds an absolute bound."""
-
-    signal: str = Field(description="metric name from rlbisect.metrics")
-    above: float = Field(description="fire when value > above")
-    why: str = Field("", description="likely cause, appended to the hit message")
-
-    @field_validator("signal")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _known(v)
-
-
-class StuckRule(_Rule):
-    """Fire when every listed signal sits exactly at its trivial value for `k` consecutive steps.
-
-    A step where any listed signal is absent resets the count, so `kl_ref` (logged only when
-    kl_coef > 0) is judged only while it is present.
-    """
-
-    name: str = Field(description="short rule name used in the hit's detector field")
-    values: dict[str, float] = Field(description="metric name -> the exact trivial value it must equal")
-    k: int = Field(4, ge=1, description="consecutive steps before the rule fires")
-    why: str = Field("", description="likely cause, appended to the hit message")
-
-    @field_validator("values")
-    @classmethod
-    def _names(cls, v: dict[str, float]) -> dict[str, float]:
-        if not v:
-            raise ValueError("a stuck rule needs at least one signal")
-        return {_known(name): val for name, val in v.items()}
-
-
-class SpikeConfig(_Rule):
-    """The detector set. `SpikeConfig()` is the default; every number a healthy run must pass under.
-
-    Calibrated on healthy reference-trainer runs (13 seeds, 24-48 steps): logp_gap <= 1e-7,
-    approx_kl <= 0.037, grad_norm <= 1.74 and <= 6.2x its running median, clip_frac exactly 0 in
-    many steps with ratio_max > 1, kl_ref > 0 from step 0 when kl_coef > 0.
-    """
-
-    # No approx_kl rule by default: as a policy converges its median approx_kl collapses (healthy
-    # reference runs reach 400x their running median, at 0.037), so median multiples measure
-    # convergence, not spikes; the absolute ceiling below watches it instead.
-    mad: list[MadRule] = Field(default_factory=lambda: [
-        MadRule(signal="grad_norm"),  # healthy reference runs reach 6x their running median
-        # logp_gap is float noise (~1e-8) in a correct fp32 trainer; only a real jump may fire.
-        MadRule(signal="logp_gap", min_value=1e-6),
-    ], description="running median/MAD spike rules")
-    ceilings: list[CeilingRule] = Field(default_factory=lambda: [
-        CeilingRule(signal="logp_gap", above=1e-3,
-                    why="sampler and trainer disagree on log-probs (mask shift, temperature, precision?)"),
-        CeilingRule(signal="approx_kl", above=0.05,  # healthy max 0.037; lr 1e-2 gives 0.15 at step 0
-                    why="the update moved the policy far in one step (learning rate too high?)"),
-    ], description="absolute bounds; the only rules that can fire at step 0")
-    stuck: list[StuckRule] = Field(default_factory=lambda: [
-        # Needs more than one optimizer step per batch: with epochs=1, minibatches=1 the ratio is 1
-        # by construction, and this rule should be removed.
-        StuckRule(name="no_clipping", values={"clip_frac": 0.0, "ratio_max": 1.0}, k=4,
-                  why="the ratio never leaves 1: are old log-probs recomputed after the update?"),
-        StuckRule(name="kl_ref_zero", values={"kl_ref": 0.0}, k=3,
-                  why="the KL term has no effect: is the reference model the policy itself?"),
-    ], description="trivial-value streak rules")
-    nonfinite: bool = Field(True, description="fire on NaN or Inf in any numeric value of the row")
 
 
 def _number(v: Any) -> float | None:
@@ -205,19 +119,65 @@ class Ceiling:
 
 class Stuck:
     def __init__(self, rule: StuckRule) -> None:
-        self.rule, self.streak = rule, 0
+        self.rule, self.active = rule, False
+        self.recent: deque[bool] = deque(maxlen=rule.within or rule.k)
 
     def update(self, step: int, row: Mapping[str, Any]) -> list[Hit]:
         r = self.rule
-        at_trivial = all(_number(row.get(name)) == val for name, val in r.values.items())
-        self.streak = self.streak + 1 if at_trivial else 0
-        if self.streak != r.k:  # fire once, on the k-th step of a streak
+        self.recent.append(all(_number(row.get(name)) == val for name, val in r.values.items()))
+        stuck = sum(self.recent) >= r.k
+        fire, self.active = stuck and not self.active, stuck
+        if not fire:
             return []
         cond = " and ".join(f"{name} == {val:g}" for name, val in r.values.items())
+        span = f"{r.k} steps" if len(self.recent) == r.k else f"{sum(self.recent)} of the last {len(self.recent)} steps"
         why = f" ({r.why})" if r.why else ""
-        signal = "+".join(r.values)
         value = next(iter(r.values.values())) if len(r.values) == 1 else None
-        return [Hit(f"stuck:{r.name}", signal, step, value, f"{cond} for {r.k} steps{why}")]
+        return [Hit(f"stuck:{r.name}", "+".join(r.values), step, value, f"{cond} for {span}{why}")]
+
+
+class Trend:
+    def __init__(self, rule: TrendRule) -> None:
+        self.rule, self.active = rule, False
+        self.climb: list[float] = []   # the current run of rises, from where it started
+
+    def update(self, step: int, row: Mapping[str, Any]) -> list[Hit]:
+        r, x = self.rule, _number(row.get(self.rule.signal))
+        if x is None or not math.isfinite(x):
+            return []
+        self.climb = self.climb + [x] if self.climb and x > self.climb[-1] else [x]
+        rising = len(self.climb) > r.k and self.climb[0] > 0 and x >= r.factor * self.climb[0]
+        fire, self.active = rising and not self.active, rising
+        if not fire:
+            return []
+        why = f" ({r.why})" if r.why else ""
+        return [Hit(f"trend:{r.signal}", r.signal, step, x, f"{r.signal} rose {len(self.climb) - 1} "
+                    f"steps in a row, {self.climb[0]:.3g} -> {x:.3g} ({x / self.climb[0]:.1f}x){why}")]
+
+
+class Relative:
+    def __init__(self, rule: RelativeRule) -> None:
+        self.rule, self.active = rule, False
+        self.early: list[float] = []
+        self.last: deque[float] = deque(maxlen=rule.recent)
+
+    def update(self, step: int, row: Mapping[str, Any]) -> list[Hit]:
+        r, x = self.rule, _number(row.get(self.rule.signal))
+        if x is None or not math.isfinite(x):
+            return []
+        if len(self.early) < r.baseline:
+            self.early.append(x)
+            return []
+        self.last.append(x)
+        level, now = statistics.median(self.early), statistics.median(self.last)
+        grown = len(self.last) == r.recent and now > r.min_value and level > 0 and now > r.factor * level
+        fire, self.active = grown and not self.active, grown
+        if not fire:
+            return []
+        why = f" ({r.why})" if r.why else ""
+        return [Hit(f"relative:{r.signal}", r.signal, step, now, f"{r.signal} {now:.3g} (median of "
+                    f"the last {r.recent} steps) is {now / level:.1f}x its early level {level:.3g} "
+                    f"(median of the first {r.baseline}){why}")]
 
 
 class NonFinite:
@@ -244,6 +204,8 @@ class DetectorSet:
         ds: list[Detector] = [MadSpike(r) for r in config.mad]
         ds += [Ceiling(r) for r in config.ceilings]
         ds += [Stuck(r) for r in config.stuck]
+        ds += [Trend(r) for r in config.trends]
+        ds += [Relative(r) for r in config.relative]
         if config.nonfinite:
             ds.append(NonFinite())
         return cls(ds, config)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from reference_trainer.adapter import make_adapter
-from reference_trainer.faults import BUGS
+from reference_trainer.faults import CHAPTER as CHAPTER_FAULTS
 from rlbisect.check.invariants import (BUILTIN, INVARIANTS, Thresholds, as_json, check_matrix, register_invariant,
                                  sanity_checks)
 
@@ -17,22 +17,24 @@ CHAPTER = {None: [], "mask_shift": [1, 2, 5], "stale_old_logp": [7], "entropy_si
 
 @pytest.fixture(scope="module")
 def matrix():
-    return check_matrix(lambda bug: make_adapter(bug=bug))
+    return check_matrix(lambda bug, seed: make_adapter(bug=bug, seed=seed), [1])
 
 
-def failing(results):
-    return [i + 1 for i, r in enumerate(results.values()) if not r.passed]
+def failing(results, columns=9):
+    return [i + 1 for i, r in enumerate(results.values()) if not r.passed and i < columns]
 
 
-def test_names_and_order_are_the_chapters():
-    assert BUILTIN == ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before any step",
-                       "group advantage mean = 0", "loss invariant to padding", "accumulated = one-pass gradient",
-                       "old_logp frozen in the update", "update raises log pi where A > 0",
-                       "KL to reference > 0 after a step"]
+def test_names_and_order_are_the_chapters_then_ours():
+    assert BUILTIN[:9] == ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before any step",
+                           "group advantage mean = 0", "loss invariant to padding",
+                           "accumulated = one-pass gradient", "old_logp frozen in the update",
+                           "update raises log pi where A > 0", "KL to reference > 0 after a step"]
+    assert BUILTIN[9:] == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference"]
 
 
-@pytest.mark.parametrize("bug", [None, *BUGS])
-def test_each_fault_fails_exactly_the_chapters_checks(matrix, bug):
+@pytest.mark.parametrize("bug", [None, *CHAPTER_FAULTS])
+def test_each_chapter_fault_fails_exactly_the_chapters_checks(matrix, bug):
+    """The chapter's 8x9 matrix, unchanged in the nine original columns."""
     assert failing(matrix[bug or "none"]) == CHAPTER[bug]
 
 
@@ -45,9 +47,11 @@ def test_healthy_values_are_within_the_chapters_margins(matrix):
     assert v["KL to reference > 0 after a step"] > 0
 
 
-def test_without_a_reference_the_kl_check_has_nothing_to_check():
-    r = sanity_checks(make_adapter(kl_coef=0.0))["KL to reference > 0 after a step"]
-    assert r.passed and r.value == 0.0
+def test_without_a_reference_the_kl_checks_say_they_do_not_apply():
+    res = sanity_checks(make_adapter(kl_coef=0.0))
+    for name in ("KL to reference > 0 after a step", "KL term pulls toward the reference"):
+        assert res[name].passed and res[name].na.startswith("no reference model")
+        assert as_json(res)[name] == {"value": None, "passed": True, "na": res[name].na}
 
 
 def test_thresholds_decide_the_verdict():
@@ -95,3 +99,60 @@ def test_no_reward_variance_fails_the_direction_check_instead_of_passing_silentl
 def test_as_json_shape():
     out = as_json(sanity_checks(make_adapter()))
     assert set(out) == set(BUILTIN) and all(set(v) == {"value", "passed"} for v in out.values())
+
+
+NEW = {"clip stops the gradient outside 1 +- eps": ["clip_low_eps", "clip_max", "ratio_inverted"],
+       "KL term pulls toward the reference": ["kl_detached", "kl_sign"]}
+
+
+@pytest.mark.parametrize("check,bug", [(c, b) for c, bugs in NEW.items() for b in bugs])
+def test_each_new_invariant_fails_on_its_faults_and_passes_without(check, bug):
+    healthy, faulty = sanity_checks(make_adapter(seed=2))[check], sanity_checks(make_adapter(seed=2, bug=bug))[check]
+    assert healthy.passed and not healthy.na and not faulty.passed, (healthy, faulty)
+
+
+def test_probe_seeds_find_what_one_lucky_batch_hides():
+    """adv_no_eps gives NaN advantages only in a flat group: probe seed 1 has none, seed 2 does."""
+    from rlbisect.check.invariants import check_seeds
+    one = check_seeds(lambda s: make_adapter(seed=s, bug="adv_no_eps"), [1])
+    two = check_seeds(lambda s: make_adapter(seed=s, bug="adv_no_eps"), [1, 2])
+    assert all(r.passed for r in one.values())
+    assert not two["group advantage mean = 0"].passed and two["group advantage mean = 0"].seed == 2
+    assert all(r.passed for r in check_seeds(lambda s: make_adapter(seed=s), [1, 2]).values())
+
+
+def test_the_trainers_own_settings_reach_the_checks():
+    """logp_no_temp only bites away from temperature 1: the checks must run where training does,
+    on the log-probs the update uses."""
+    check = "sampler = trainer log-prob"
+    assert sanity_checks(make_adapter(bug="logp_no_temp"))[check].passed
+    assert not sanity_checks(make_adapter(bug="logp_no_temp", temperature=0.7))[check].passed
+    assert sanity_checks(make_adapter(temperature=0.7))[check].passed
+
+
+def test_adapter_settings_are_the_trainers_config_fields():
+    assert make_adapter(temperature=0.7, loss_mode="seq_mean_token_mean").cfg.sampler.temperature == 0.7
+    with pytest.raises(ValueError, match="unknown setting 'bogus'"):
+        make_adapter(bogus=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", [None, "eval_train_rng", "log_sample_rng"])
+def test_run_level_checks_see_a_training_stream_shared_with_evaluation(bug):
+    from rlbisect.check.runs import run_checks
+    res = run_checks(make_adapter(bug=bug))
+    assert res["same seed, same rows"].passed
+    assert res["evaluation leaves training alone"].passed == (bug is None), res
+
+
+def test_run_level_checks_fail_on_a_run_that_does_not_repeat_and_are_na_without_a_runner():
+    import random
+
+    from rlbisect.check.runs import run_checks
+
+    class Unseeded:
+        def train_run(self, steps, seed, eval_every):
+            return [{"step": s, "reward": random.random()} for s in range(steps)]
+    res = run_checks(Unseeded())
+    assert not res["same seed, same rows"].passed and res["same seed, same rows"].value == 3
+    assert all(r.passed and "has no train_run" in r.na for r in run_checks(object()).values())

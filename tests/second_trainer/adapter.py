@@ -31,6 +31,7 @@ from second_trainer.rollout import POLICY, PROMPTS, sample_groups  # noqa: E402
 
 class SecondTrainerAdapter:
     faults = list(tr.BUGS)   # the rows of `rlbisect check --matrix`
+    objective = "cispo"      # a stop-gradient clipped weight: no PPO clip to check
 
     def __init__(self, episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None):
         self.cfg = tr.Config(kl_coef=kl_coef or 0.0, bug=tr.check_bug(bug))

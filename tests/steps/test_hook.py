@@ -142,7 +142,28 @@ def test_context_manager_form(tmp_path):
         with hook.update(1, model, opt, batch, {"order": gen}):
             1 / 0
     with pytest.raises(RuntimeError, match="without a matching before_update"):
-        hook.after_update(1, {})  # the failed step's kept state was dropped
+        hook.after_update(1, {})  # the failed step's kept state was saved, then let go
+
+
+def test_a_step_that_raises_is_saved_before_the_error_goes_on(tmp_path):
+    """An exception inside the step (the update, or an evaluation after it) saves the pre-update
+    state with the error as its hit, even with no periodic saving; Ctrl-C saves nothing."""
+    hook = SnapshotHook(tmp_path)
+    model, opt = make_model()
+    gen = torch.Generator().manual_seed(5)
+    batch = collect(model, 0)
+    before = state_digest(model.state_dict())
+    with pytest.raises(FloatingPointError, match="nan in eval"):
+        with hook.update(0, model, opt, batch, {"order": gen}) as rec:
+            update(model, opt, batch, gen)
+            raise FloatingPointError("nan in eval")
+    snap = load_snapshot(tmp_path / "step-000000.pt")
+    assert [(h.detector, h.signal) for h in snap.hits] == [("raised", "FloatingPointError")]
+    assert "nan in eval" in snap.hits[0].message and state_digest(snap.model) == before
+    assert hook.hits == snap.hits and rec.stats is None
+    hook.before_update(1, model, opt, collect(model, 1))
+    assert hook.step_failed(KeyboardInterrupt()) is None and not (tmp_path / "step-000001.pt").exists()
+    assert hook.step_failed(ValueError("no step begun")) is None
 
 
 def test_misuse_is_loud(tmp_path):

@@ -89,12 +89,49 @@ def test_clip_frac_zero_alone_is_not_stuck():
 
 def test_kl_ref_zero_fires_only_while_present():
     hits = default_detectors().scan(with_fault(healthy(), kl_ref=0.0))  # ref_is_policy
-    assert [(h.detector, h.signal, h.step) for h in hits] == [("stuck:kl_ref_zero", "kl_ref", 2)]
-    assert "kl_ref == 0 for 3 steps" in hits[0].message
+    assert [(h.detector, h.signal, h.step) for h in hits] == [("stuck:kl_ref_zero", "kl_ref", 1)]
+    assert "kl_ref == 0 for 2 steps" in hits[0].message
     assert default_detectors().scan(healthy(kl_ref=False)) == []  # kl_coef = 0: nothing logged
-    # Present only every other step: never 3 consecutive present-and-zero steps.
-    rows = [dict(r, kl_ref=0.0) if i % 2 else r for i, r in enumerate(healthy(kl_ref=False))]
-    assert default_detectors().scan(rows) == []
+    # Exactly 0 on every other step (a reference refreshed from the policy every other step) fires
+    # too: 2 of the last 4 steps.
+    rows = [dict(r, kl_ref=0.0) if i % 2 else r for i, r in enumerate(healthy())]
+    hits = default_detectors().scan(rows)
+    assert [(h.detector, h.step) for h in hits] == [("stuck:kl_ref_zero", 3)]
+    assert "2 of the last 4 steps" in hits[0].message
+    # one zero is not a pattern
+    assert default_detectors().scan([dict(r, kl_ref=0.0) if i == 5 else r for i, r in enumerate(healthy())]) == []
+
+
+def test_clip_frac_pinned_at_one_fires():
+    hits = default_detectors().scan(with_fault(healthy(), clip_frac=[0.01, 1.0, 1.0, 1.0]))
+    assert [(h.detector, h.step) for h in hits] == [("stuck:clip_saturated", 2)]
+    assert default_detectors().scan(with_fault(healthy(), clip_frac=[0.01, 1.0, 0.5])) == []
+
+
+def test_grad_norm_climbing_step_after_step_fires_where_a_spike_rule_is_silent():
+    climb = [0.2 * 1.3 ** i for i in range(24)]   # +30% a step: never a 10-MAD spike
+    hits = default_detectors().scan(with_fault(healthy(), grad_norm=climb))
+    assert [(h.detector, h.step) for h in hits][0] == ("trend:grad_norm", 6)   # long before any spike
+    assert "rose 6 steps in a row, 0.2 -> 0.965 (4.8x)" in hits[0].message
+    wobble = [0.2 * (1.3 if i % 2 else 1.0) * 1.05 ** i for i in range(24)]   # rises, but not steadily
+    assert [h for h in default_detectors().scan(with_fault(healthy(), grad_norm=wobble))
+            if h.detector.startswith("trend")] == []
+
+
+def test_approx_kl_growing_beyond_its_early_level_fires_under_the_ceiling():
+    grown = [0.002] * 4 + [0.002 * 1.5 ** i for i in range(20)]
+    rows = with_fault(healthy(), approx_kl=[min(x, 0.09) for x in grown])   # never above the 0.1 ceiling
+    hits = [h for h in default_detectors().scan(rows) if h.signal == "approx_kl"]
+    assert [h.detector for h in hits] == ["relative:approx_kl"] and "early level 0.002" in hits[0].message
+    # single healthy outliers (0.037 at steps 17 and 22) never move the median of the last 4
+    assert default_detectors().scan(healthy()) == []
+
+
+def test_rules_know_the_trainers_shape():
+    """One optimizer step per batch: the ratio is 1 by construction, so 'no clipping' is no fault."""
+    flat = with_fault(healthy(), clip_frac=0.0, ratio_max=1.0)
+    assert [h.detector for h in DetectorSet.from_config(SpikeConfig.for_trainer(4)).scan(flat)] == ["stuck:no_clipping"]
+    assert DetectorSet.from_config(SpikeConfig.for_trainer(1)).scan(flat) == []
 
 
 def test_mad_spike_mid_run_and_not_before_warmup():

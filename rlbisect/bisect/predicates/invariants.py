@@ -8,7 +8,7 @@ commit, the checker from the installed package. The worker prints ``{check: {"va
 raised while being checked (bad, the message is kept); anything else means the commit cannot be
 probed (the adapter is not there or does not import, rlbisect's own code failed): a skip.
 
-    python -I -m rlbisect.bisect.predicates.invariants CHECKOUT [--adapter SPEC] [--seed N] ...
+    python -I -m rlbisect.bisect.predicates.invariants CHECKOUT [--adapter SPEC] [--probe-seeds 1,2] ...
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -37,8 +38,13 @@ class InvariantsOptions(Options):
                                 "adapter (default: TinyAgent's); a path inside the repository is "
                                 "resolved in each probe's checkout")
     episodes: int = Field(64, ge=1, description="episodes in the probe batch")
-    seed: int = Field(1, description="seed of the probe batch")
+    probe_seeds: list[int] = Field([1], min_length=1, description="seeds of the probe batches, "
+                                   "comma-separated: a check fails if it fails on any")
     kl_coef: float = Field(0.1, ge=0, description="KL weight, so the reference check applies (0: none)")
+    adapter_opts: dict[str, Any] = Field(default_factory=dict, description="KEY=VALUE for the "
+                                         "adapter's factory (repeatable): the trainer's settings")
+    runs: bool = Field(False, description="also the run-level checks (short training runs: same "
+                       "seed, same rows; evaluation leaves training alone)")
 
 
 class InvariantsPredicate:
@@ -62,10 +68,13 @@ class InvariantsPredicate:
             missing_here(repo, commit, [where], "the adapter")
 
     def argv(self, worktree: Path) -> list[str]:
-        args = [sys.executable, "-I", "-m", __name__, str(worktree)]
-        for key, value in self.options.model_dump().items():
-            if value is not None:
-                args += [f"--{key.replace('_', '-')}", str(value)]
+        o = self.options
+        args = [sys.executable, "-I", "-m", __name__, str(worktree), "--episodes", str(o.episodes),
+                "--probe-seeds", ",".join(map(str, o.probe_seeds)), "--kl-coef", str(o.kl_coef)]
+        args += ["--adapter", o.adapter] if o.adapter else []
+        args += ["--runs"] if o.runs else []
+        for key, value in o.adapter_opts.items():
+            args += ["--adapter-opt", f"{key}={json.dumps(value)}"]
         return args
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
@@ -114,15 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     """Worker: check the trainer code in CHECKOUT with the installed checker."""
     import argparse
 
-    from rlbisect.check.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter
-    from rlbisect.check.invariants import as_json, sanity_checks
+    from rlbisect.check.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter, parse_adapter_opts
+    from rlbisect.check.invariants import as_json, check_seeds
     p = argparse.ArgumentParser(prog="python -m " + __name__)
     p.add_argument("worktree")
     p.add_argument("--adapter", default=DEFAULT_ADAPTER)
     p.add_argument("--episodes", type=int, default=64)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--probe-seeds", default="1")
     p.add_argument("--kl-coef", type=float, default=0.1)
+    p.add_argument("--adapter-opt", action="append", default=[])
+    p.add_argument("--runs", action="store_true")
     a = p.parse_args(argv)
+    seeds, opts = [int(x) for x in a.probe_seeds.split(",")], parse_adapter_opts(a.adapter_opt)
     worktree = Path(a.worktree).resolve()
     sys.path.insert(0, str(worktree))
     spec = a.adapter
@@ -130,17 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     if where.endswith(".py") and not Path(where).is_absolute():
         spec = f"{worktree / where}:{factory}"
     try:
-        adapter = load_adapter(spec, episodes=a.episodes, seed=a.seed, kl_coef=a.kl_coef)
+        adapters = {seed: load_adapter(spec, episodes=a.episodes, seed=seed, kl_coef=a.kl_coef, **opts)
+                    for seed in seeds}
     except AdapterError as e:
         print(f"invariants: {e}", file=sys.stderr)
         return 2
+    adapter = adapters[seeds[0]]
     where = Path(getattr(sys.modules.get(type(adapter).__module__), "__file__", "") or ".")
     if spec == DEFAULT_ADAPTER and worktree not in where.resolve().parents:
         # an installed copy of the trainer shadowed the commit's: we would test the wrong code
         print(f"invariants: the adapter came from {where}, not the checkout", file=sys.stderr)
         return 2
     try:
-        results = sanity_checks(adapter)
+        results = check_seeds(adapters.__getitem__, seeds, runs=a.runs)
     except Exception as e:
         traceback.print_exc(limit=-4)
         culprit = raised_in(e, worktree)
