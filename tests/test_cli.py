@@ -145,3 +145,15 @@ def test_a_predicate_option_without_the_double_dash_says_where_it_goes():
     r = run_main("run", "HEAD~3..HEAD", "pytest", "-x", "tests/t.py")
     assert r.returncode == 2 and "No such option: -x" in r.stderr and "after --" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_training_step_that_raises_is_saved_and_replays_bit_for_bit(tmp_path):
+    """adv_no_eps: a flat group's 0/0 makes the weights NaN and the evaluation after the update
+    raises; the pre-update state is saved with the error as its hit, then the error goes on."""
+    from rlbisect.steps.format import load_snapshot
+    r = runner.invoke(app, ["train", "--bug", "adv_no_eps", "--steps", "2", "--snapshot-dir", str(tmp_path)])
+    assert isinstance(r.exception, RuntimeError) and "saved in" in "".join(getattr(r.exception, "__notes__", []))
+    snap = load_snapshot(tmp_path / "step-000000.pt")
+    assert [h.detector for h in snap.hits] == ["raised"] and "probability tensor" in snap.hits[0].message
+    replay = runner.invoke(app, ["replay", str(tmp_path / "step-000000.pt")])
+    assert replay.exit_code == 0 and "post-update sha256 identical" in replay.output

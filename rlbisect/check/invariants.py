@@ -125,11 +125,13 @@ class CheckContext:
         return torch.tensor([r for r in rows if adv[r] > 0][:n] + [r for r in rows if adv[r] < 0][:n],
                             dtype=torch.long)
 
-    def gradient(self, model: torch.nn.Module, rows: torch.Tensor, prep: Prepared, **kw) -> torch.Tensor:
-        """The gradient of the trainer's one-pass loss of ``rows`` (``kw``: e.g. the reference)."""
+    def term_gradient(self, model: torch.nn.Module, rows: torch.Tensor, with_term: tuple[Prepared, dict],
+                      without: tuple[Prepared, dict]) -> torch.Tensor:
+        """The gradient of one term of the trainer's loss of ``rows``: the loss with it minus the
+        loss without it (each a (prep, loss kwargs) pair), in one backward."""
         model.zero_grad()
-        loss, _ = self.adapter.loss(model, self.batch, rows, prep, **kw)
-        loss.backward()
+        (self.adapter.loss(model, self.batch, rows, with_term[0], **with_term[1])[0]
+         - self.adapter.loss(model, self.batch, rows, without[0], **without[1])[0]).backward()
         grad = _flat_grad(model)
         model.zero_grad()
         return grad
@@ -228,8 +230,8 @@ def _clip(ctx):
     # old = logp - sign(A): ratio e where A > 0, 1/e where A < 0, outside any sane clip range, on
     # the side where PPO's min() keeps the clipped (constant) term
     old = ctx.trainer_logp - torch.sign(adv)[:, None]
-    leak = (ctx.gradient(ctx.model, rows, Prepared(ctx.prep.mask, old, adv))
-            - ctx.gradient(ctx.model, rows, Prepared(ctx.prep.mask, old, torch.zeros_like(adv)))).norm()
+    leak = ctx.term_gradient(ctx.model, rows, (Prepared(ctx.prep.mask, old, adv), {}),
+                             (Prepared(ctx.prep.mask, old, torch.zeros_like(adv)), {})).norm()
     value = float(leak / ctx.one_pass[0].norm().clamp(min=1e-30))
     return value, value < ctx.t.clip_leak
 
@@ -256,7 +258,7 @@ def _kl_pull(ctx):
     # the KL term's own gradient: the loss with the reference minus without (A = 0 both), so an
     # entropy term or any other regularizer cancels out
     prep = Prepared(ctx.prep.mask, ctx.stepped["new_logp"], torch.zeros_like(ctx.prep.advantages))
-    g = ctx.gradient(trained, rows, prep, ref=ref) - ctx.gradient(trained, rows, prep)
+    g = ctx.term_gradient(trained, rows, (prep, {"ref": ref}), (prep, {}))
     before = kl(ctx.stepped["new_logp"])
     moved = copy.deepcopy(trained)
     with torch.no_grad():                         # a small step, scale-free: KL_STEP of the weights' norm
