@@ -83,6 +83,10 @@ class ReferenceAdapter:
     def pad(self, batch, extra):
         return pad_batch(batch, extra, self.tok.pad_id)
 
+    def with_rewards(self, batch, rewards):
+        """The same batch with other rewards (for rlbisect's group-locality check)."""
+        return {**batch, "rewards": rewards}
+
     def train_run(self, steps, seed, eval_every):
         """A short run of the real training loop (for rlbisect's run-level checks)."""
         from .train import run

@@ -22,8 +22,11 @@ Beyond the chapter's nine, parts of the update it left unchecked:
    11 KL term pulls toward the reference   after one update, a small step along the KL term's
                                         gradient (the loss with the reference minus without, A = 0)
                                         must lower KL(policy || reference): its relative
-                                        decrease (skipped without a reference, or when the adapter's
+                                        decrease (n/a without a reference, or when the adapter's
                                         `loss` takes no `ref`)
+   12 advantages depend only on their own group   the first group's rewards replaced: every other
+                                        group's advantage unchanged (n/a without the adapter's
+                                        `with_rewards(batch, rewards)`)
 
 A check that cannot apply to a trainer (no reference model, an objective other than PPO's
 clipped surrogate: the adapter's ``objective`` attribute) returns :class:`NotApplicable` and is
@@ -52,6 +55,11 @@ def ppo_clip(adapter) -> bool:
 
 def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in model.parameters()])
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -114,10 +122,15 @@ class CheckContext:
         ref = self.adapter.make_ref(trained)
         stats = self.adapter.update(trained, self.batch, ref)
         new_logp = self.adapter.log_probs(trained, self.batch)
-        ref_logp = None if ref is None else self.adapter.log_probs(ref, self.batch)
+        if ref is None or ref is trained:
+            ref_logp = None if ref is None else new_logp
+        elif _same_weights(ref, self.model):      # a frozen copy of step 0: its log-probs are known
+            ref_logp = self.trainer_logp
+        else:
+            ref_logp = self.adapter.log_probs(ref, self.batch)
         return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp, "model": trained, "ref": ref}
 
-    def few_rows(self, n: int = 4) -> torch.Tensor:
+    def few_rows(self, n: int = 2) -> torch.Tensor:
         """Up to n rows of the minibatch with A > 0 and n with A < 0: enough to see a gradient
         term, at a fraction of a minibatch's cost."""
         adv = self.prep.advantages
@@ -249,7 +262,7 @@ def _kl_pull(ctx):
         return NotApplicable("no reference model: the trainer uses no KL term")
     if "ref" not in inspect.signature(ctx.adapter.loss).parameters:
         return NotApplicable("the adapter's loss() takes no `ref`, so its KL term cannot be asked for")
-    rows = ctx.minibatch[:8]
+    rows = ctx.minibatch[:4]
     mask = ctx.truth.owned[rows]
 
     def kl(logp: torch.Tensor) -> float:
@@ -271,6 +284,23 @@ def _kl_pull(ctx):
     after = kl(ctx.adapter.log_probs(moved, ctx.batch))
     value = (before - after) / max(before, 1e-30)
     return value, value > ctx.t.kl_pull
+
+
+@register_invariant("advantages depend only on their own group")
+def _group_local(ctx):
+    with_rewards = getattr(ctx.adapter, "with_rewards", None)
+    G, B = ctx.truth.group_size, len(ctx.truth.rewards)
+    if not callable(with_rewards):
+        return NotApplicable("the adapter has no with_rewards(batch, rewards)")
+    if B <= G:
+        return NotApplicable("one group in the probe batch: nothing to keep apart")
+    # the first group's rewards replaced by a spread ten times wider: a group-relative advantage
+    # (GRPO, Dr. GRPO, RLOO) leaves every other group's advantages exactly as they were
+    rewards = ctx.truth.rewards.clone().float()
+    rewards[:G] = 10.0 * torch.arange(G, dtype=torch.float) + 3.0
+    moved = ctx.adapter.prepare(ctx.model, with_rewards(ctx.batch, rewards)).advantages
+    value = float((moved[G:] - ctx.prep.advantages[G:]).abs().max())
+    return value, value < ctx.t.group_local       # NaN fails
 
 
 BUILTIN = list(INVARIANTS)

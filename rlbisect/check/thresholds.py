@@ -21,6 +21,7 @@ class Thresholds(BaseModel):
     kl_ref: float = Field(0.0, description="KL to the reference after one update must exceed this")
     clip_leak: float = Field(1e-6, description="max advantage-term gradient, relative to the minibatch's, "
                                                "where the ratio is outside the clip range")
+    group_local: float = Field(1e-6, description="max change of another group's advantage when one group's rewards change")
     kl_pull: float = Field(0.0, description="relative KL decrease along the KL term's gradient must exceed this")
 
     @classmethod

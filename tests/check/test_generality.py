@@ -24,11 +24,12 @@ SPEC = f"{HERE.parent / 'second_trainer' / 'adapter.py'}:make_adapter"
 NAMES = ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before any step",
          "group advantage mean = 0", "loss invariant to padding", "accumulated = one-pass gradient",
          "old_logp frozen in the update", "update raises log pi where A > 0", "KL to reference > 0 after a step",
-         "clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference"]
+         "clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
+         "advantages depend only on their own group"]
 # fault -> checks (1-based) that must fail; "entropy_sign" is invisible at step 0, as in the chapter.
 MUST_FAIL = {"mask_shift": {1, 2}, "sign_flip": {8}, "stale_old_logp": {7}, "accum_local": {6},
              "sampler_temp": {2, 3}, "ref_is_policy": {9}, "entropy_sign": set(),
-             "batch_baseline": {4}, "pad_mean": {5}}
+             "batch_baseline": {4, 12}, "pad_mean": {5}}
 # Training on env tokens instead of policy tokens can also reverse the update's direction (seed-dependent).
 MAY_ALSO_FAIL = {"mask_shift": {8}}
 

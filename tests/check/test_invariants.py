@@ -29,7 +29,8 @@ def test_names_and_order_are_the_chapters_then_ours():
                            "group advantage mean = 0", "loss invariant to padding",
                            "accumulated = one-pass gradient", "old_logp frozen in the update",
                            "update raises log pi where A > 0", "KL to reference > 0 after a step"]
-    assert BUILTIN[9:] == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference"]
+    assert BUILTIN[9:] == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
+                           "advantages depend only on their own group"]
 
 
 @pytest.mark.parametrize("bug", [None, *CHAPTER_FAULTS])
@@ -102,7 +103,8 @@ def test_as_json_shape():
 
 
 NEW = {"clip stops the gradient outside 1 +- eps": ["clip_low_eps", "clip_max", "ratio_inverted"],
-       "KL term pulls toward the reference": ["kl_detached", "kl_sign"]}
+       "KL term pulls toward the reference": ["kl_detached", "kl_sign"],
+       "advantages depend only on their own group": ["adv_batch_std", "adv_wrong_axis"]}
 
 
 @pytest.mark.parametrize("check,bug", [(c, b) for c, bugs in NEW.items() for b in bugs])

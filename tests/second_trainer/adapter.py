@@ -10,6 +10,7 @@ rows are LEFT-padded, so P = T columns and `pad` adds padding on the left, where
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -67,6 +68,9 @@ class SecondTrainerAdapter:
 
     def log_probs(self, model, batch):
         return tr.log_probs(model, batch, self.cfg)
+
+    def with_rewards(self, batch, rewards):
+        return dataclasses.replace(batch, reward=rewards)
 
     def loss(self, model, batch, rows, prep):
         return tr.minibatch_loss(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg)
