@@ -32,10 +32,20 @@ class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class MadRule(_Rule):
-    """Fire when `value - median > k * max(MAD, rel_floor * |median|)` over the last `window` steps."""
+class _SignalRule(_Rule):
+    """A rule that watches one metric."""
 
     signal: str = Field(description="metric name from rlbisect.metrics")
+
+    @field_validator("signal")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _known(v)
+
+
+class MadRule(_SignalRule):
+    """Fire when `value - median > k * max(MAD, rel_floor * |median|)` over the last `window` steps."""
+
     k: float = Field(10.0, gt=0, description="how many MADs above the running median count as a spike")
     window: int = Field(100, ge=3, description="steps of history the median and MAD are taken over")
     warmup: int = Field(8, ge=3, description="steps of history needed before the rule may fire")
@@ -44,23 +54,12 @@ class MadRule(_Rule):
     min_value: float = Field(0.0, ge=0, description="values at or below this never fire "
                              "(a noise floor, e.g. float round-off)")
 
-    @field_validator("signal")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _known(v)
 
-
-class CeilingRule(_Rule):
+class CeilingRule(_SignalRule):
     """Fire when the value exceeds an absolute bound."""
 
-    signal: str = Field(description="metric name from rlbisect.metrics")
     above: float = Field(description="fire when value > above")
     why: str = Field("", description="likely cause, appended to the hit message")
-
-    @field_validator("signal")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _known(v)
 
 
 class StuckRule(_Rule):
@@ -92,37 +91,25 @@ class StuckRule(_Rule):
         return {_known(name): val for name, val in v.items()}
 
 
-class TrendRule(_Rule):
+class TrendRule(_SignalRule):
     """Fire when the signal rose on each of the last `k` steps and is now `factor` x the value the
     climb started from."""
 
-    signal: str = Field(description="metric name from rlbisect.metrics")
     k: int = Field(6, ge=2, description="consecutive rises")
     factor: float = Field(3.0, gt=1, description="the climb's end over its start")
     why: str = Field("", description="likely cause, appended to the hit message")
 
-    @field_validator("signal")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _known(v)
 
-
-class RelativeRule(_Rule):
+class RelativeRule(_SignalRule):
     """Fire when the median of the last `recent` values exceeds `factor` x the run's own early
     level, the median of its first `baseline` logged values: a sustained growth, in units of the
     run itself (a single healthy outlier moves neither median)."""
 
-    signal: str = Field(description="metric name from rlbisect.metrics")
     baseline: int = Field(4, ge=1, description="first logged values that set the early level")
     recent: int = Field(4, ge=1, description="last values whose median is compared")
     factor: float = Field(5.0, gt=1, description="how many times the early level counts as grown")
     min_value: float = Field(0.0, ge=0, description="values at or below this never fire")
     why: str = Field("", description="likely cause, appended to the hit message")
-
-    @field_validator("signal")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _known(v)
 
 
 class SpikeConfig(_Rule):
