@@ -1,7 +1,10 @@
 """Before step 1: invariants a correct PPO/GRPO trainer satisfies, checked through its own code.
 
 - ``adapter``     the probe points a trainer exposes (:class:`TrainerAdapter`) and their loading
-- ``invariants``  the checks, their registry and :func:`sanity_checks`
+- ``invariants``  the chapter's nine checks, their registry and :func:`sanity_checks`
+- ``beyond``      checks 10-12: the clip, the KL term's gradient, group-local advantages
+- ``runs``        opt-in run-level checks (short training runs)
+- ``results``     one result per check, n/a with its reason, merged over probe seeds
 - ``thresholds``  pass/fail limits (fp32 defaults, a bf16 starting point)
 """
 

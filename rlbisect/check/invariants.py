@@ -14,19 +14,7 @@ log-probability, a one-pass gradient, a fresh recomputation, advantages recomput
     8 update raises log pi where A > 0  corr(change of log pi(episode), advantage) after one update
     9 KL to reference > 0 after a step  KL(policy || reference) after one update (skipped without a reference)
 
-Beyond the chapter's nine, parts of the update it left unchecked:
-
-   10 clip stops the gradient outside 1 +- eps   with old log-probs set so ratio = e (A > 0) or 1/e
-                                        (A < 0), the advantage term's gradient must vanish:
-                                        |g(A) - g(0)| / |g_minibatch|
-   11 KL term pulls toward the reference   after one update, a small step along the KL term's
-                                        gradient (the loss with the reference minus without, A = 0)
-                                        must lower KL(policy || reference): its relative
-                                        decrease (n/a without a reference, or when the adapter's
-                                        `loss` takes no `ref`)
-   12 advantages depend only on their own group   the first group's rewards replaced: every other
-                                        group's advantage unchanged (n/a without the adapter's
-                                        `with_rewards(batch, rewards)`)
+Checks 10-12 (`beyond.py`) cover parts of the update the chapter's nine leave unchecked.
 
 A check that cannot apply to a trainer (no reference model, an objective other than PPO's
 clipped surrogate: the adapter's ``objective`` attribute) returns :class:`NotApplicable` and is
@@ -47,12 +35,6 @@ from rlbisect.check.results import CheckResult, NotApplicable, as_json, over_see
 from rlbisect.check.thresholds import Thresholds
 
 
-def ppo_clip(adapter) -> bool:
-    """Whether the adapter's objective is PPO's clipped surrogate (the chapter's; the default when
-    an adapter does not say). Others declare ``objective = "cispo"``, ``"reinforce"``, ..."""
-    return getattr(adapter, "objective", "ppo-clip") == "ppo-clip"
-
-
 def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in model.parameters()])
 
@@ -62,7 +44,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
@@ -227,81 +209,12 @@ def _kl_ref(ctx):
     if ref_logp is None:
         return NotApplicable("no reference model: the trainer uses no KL term")
     x = ref_logp - ctx.stepped["new_logp"]
-    value = float(_masked_mean(x.exp() - x - 1, ctx.truth.owned))
+    value = float(masked_mean(x.exp() - x - 1, ctx.truth.owned))
     return value, value > ctx.t.kl_ref
 
 
-@register_invariant("clip stops the gradient outside 1 +- eps")
-def _clip(ctx):
-    if not ppo_clip(ctx.adapter):
-        return NotApplicable(f"the objective is {ctx.adapter.objective}, not PPO's clipped surrogate: "
-                             "it keeps a gradient outside the clip range by design")
-    rows = ctx.few_rows()
-    if not len(rows):
-        return NotApplicable("every group in the probe batch is flat: no advantage term to clip")
-    adv = ctx.prep.advantages
-    # old = logp - sign(A): ratio e where A > 0, 1/e where A < 0, outside any sane clip range, on
-    # the side where PPO's min() keeps the clipped (constant) term
-    old = ctx.trainer_logp - torch.sign(adv)[:, None]
-    leak = ctx.term_gradient(ctx.model, rows, (Prepared(ctx.prep.mask, old, adv), {}),
-                             (Prepared(ctx.prep.mask, old, torch.zeros_like(adv)), {})).norm()
-    value = float(leak / ctx.one_pass[0].norm().clamp(min=1e-30))
-    return value, value < ctx.t.clip_leak
-
-
-# Small enough to stay linear (the KL decrease scaled 10x per decade of step from 1e-6 to 1e-4 on
-# TinyAgent; at 1e-3 it overshoots and can rise), large enough to stand above float noise.
-KL_STEP = 1e-5
-
-
-@register_invariant("KL term pulls toward the reference")
-def _kl_pull(ctx):
-    import inspect
-    ref, trained = ctx.stepped["ref"], ctx.stepped["model"]
-    if ref is None:
-        return NotApplicable("no reference model: the trainer uses no KL term")
-    if "ref" not in inspect.signature(ctx.adapter.loss).parameters:
-        return NotApplicable("the adapter's loss() takes no `ref`, so its KL term cannot be asked for")
-    rows = ctx.minibatch[:4]
-    mask = ctx.truth.owned[rows]
-
-    def kl(logp: torch.Tensor) -> float:
-        x = ctx.stepped["ref_logp"][rows] - logp[rows]
-        return float(_masked_mean(x.exp() - x - 1, mask))
-    # the KL term's own gradient: the loss with the reference minus without (A = 0 both), so an
-    # entropy term or any other regularizer cancels out
-    prep = Prepared(ctx.prep.mask, ctx.stepped["new_logp"], torch.zeros_like(ctx.prep.advantages))
-    g = ctx.term_gradient(trained, rows, (prep, {"ref": ref}), (prep, {}))
-    before = kl(ctx.stepped["new_logp"])
-    moved = copy.deepcopy(trained)
-    with torch.no_grad():                         # a small step, scale-free: KL_STEP of the weights' norm
-        flat = torch.cat([p.flatten() for p in moved.parameters()])
-        step = g * (KL_STEP * flat.norm() / g.norm().clamp(min=1e-30))
-        i = 0
-        for p in moved.parameters():
-            p -= step[i:i + p.numel()].view_as(p)
-            i += p.numel()
-    after = kl(ctx.adapter.log_probs(moved, ctx.batch))
-    value = (before - after) / max(before, 1e-30)
-    return value, value > ctx.t.kl_pull
-
-
-@register_invariant("advantages depend only on their own group")
-def _group_local(ctx):
-    with_rewards = getattr(ctx.adapter, "with_rewards", None)
-    G, B = ctx.truth.group_size, len(ctx.truth.rewards)
-    if not callable(with_rewards):
-        return NotApplicable("the adapter has no with_rewards(batch, rewards)")
-    if B <= G:
-        return NotApplicable("one group in the probe batch: nothing to keep apart")
-    # the first group's rewards replaced by a spread ten times wider: a group-relative advantage
-    # (GRPO, Dr. GRPO, RLOO) leaves every other group's advantages exactly as they were
-    rewards = ctx.truth.rewards.clone().float()
-    rewards[:G] = 10.0 * torch.arange(G, dtype=torch.float) + 3.0
-    moved = ctx.adapter.prepare(ctx.model, with_rewards(ctx.batch, rewards)).advantages
-    value = float((moved[G:] - ctx.prep.advantages[G:]).abs().max())
-    return value, value < ctx.t.group_local       # NaN fails
-
+# checks 10-12 register themselves here, after the nine, so the order is the report's order
+from rlbisect.check import beyond  # noqa: E402,F401
 
 BUILTIN = list(INVARIANTS)
 

@@ -1,0 +1,104 @@
+"""Three invariants beyond the chapter's nine, for parts of the update it left unchecked.
+
+   10 clip stops the gradient outside 1 +- eps   with old log-probs set so ratio = e (A > 0) or 1/e
+                                        (A < 0), the advantage term's gradient must vanish:
+                                        |g(A) - g(0)| / |g_minibatch|
+   11 KL term pulls toward the reference   after one update, a small step along the KL term's
+                                        gradient (the loss with the reference minus without, A = 0)
+                                        must lower KL(policy || reference): its relative
+                                        decrease (n/a without a reference, or when the adapter's
+                                        `loss` takes no `ref`)
+   12 advantages depend only on their own group   the first group's rewards replaced: every other
+                                        group's advantage unchanged (n/a without the adapter's
+                                        `with_rewards(batch, rewards)`)
+
+Each returns :class:`NotApplicable` with its reason where the trainer has nothing it could test.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import torch
+
+from rlbisect.check.adapter import Prepared
+from rlbisect.check.invariants import masked_mean, register_invariant
+from rlbisect.check.results import NotApplicable
+
+
+def ppo_clip(adapter) -> bool:
+    """Whether the adapter's objective is PPO's clipped surrogate (the chapter's; the default when
+    an adapter does not say). Others declare ``objective = "cispo"``, ``"reinforce"``, ..."""
+    return getattr(adapter, "objective", "ppo-clip") == "ppo-clip"
+
+
+@register_invariant("clip stops the gradient outside 1 +- eps")
+def _clip(ctx):
+    if not ppo_clip(ctx.adapter):
+        return NotApplicable(f"the objective is {ctx.adapter.objective}, not PPO's clipped surrogate: "
+                             "it keeps a gradient outside the clip range by design")
+    rows = ctx.few_rows()
+    if not len(rows):
+        return NotApplicable("every group in the probe batch is flat: no advantage term to clip")
+    adv = ctx.prep.advantages
+    # old = logp - sign(A): ratio e where A > 0, 1/e where A < 0, outside any sane clip range, on
+    # the side where PPO's min() keeps the clipped (constant) term
+    old = ctx.trainer_logp - torch.sign(adv)[:, None]
+    leak = ctx.term_gradient(ctx.model, rows, (Prepared(ctx.prep.mask, old, adv), {}),
+                             (Prepared(ctx.prep.mask, old, torch.zeros_like(adv)), {})).norm()
+    value = float(leak / ctx.one_pass[0].norm().clamp(min=1e-30))
+    return value, value < ctx.t.clip_leak
+
+
+# Small enough to stay linear (the KL decrease scaled 10x per decade of step from 1e-6 to 1e-4 on
+# TinyAgent; at 1e-3 it overshoots and can rise), large enough to stand above float noise.
+KL_STEP = 1e-5
+
+
+@register_invariant("KL term pulls toward the reference")
+def _kl_pull(ctx):
+    ref, trained = ctx.stepped["ref"], ctx.stepped["model"]
+    if ref is None:
+        return NotApplicable("no reference model: the trainer uses no KL term")
+    if "ref" not in inspect.signature(ctx.adapter.loss).parameters:
+        return NotApplicable("the adapter's loss() takes no `ref`, so its KL term cannot be asked for")
+    rows = ctx.minibatch[:4]
+    mask = ctx.truth.owned[rows]
+
+    def kl(logp: torch.Tensor) -> float:
+        x = ctx.stepped["ref_logp"][rows] - logp[rows]
+        return float(masked_mean(x.exp() - x - 1, mask))
+    # the KL term's own gradient: the loss with the reference minus without (A = 0 both), so an
+    # entropy term or any other regularizer cancels out
+    prep = Prepared(ctx.prep.mask, ctx.stepped["new_logp"], torch.zeros_like(ctx.prep.advantages))
+    g = ctx.term_gradient(trained, rows, (prep, {"ref": ref}), (prep, {}))
+    before = kl(ctx.stepped["new_logp"])
+    moved = copy.deepcopy(trained)
+    with torch.no_grad():                         # a small step, scale-free: KL_STEP of the weights' norm
+        flat = torch.cat([p.flatten() for p in moved.parameters()])
+        step = g * (KL_STEP * flat.norm() / g.norm().clamp(min=1e-30))
+        i = 0
+        for p in moved.parameters():
+            p -= step[i:i + p.numel()].view_as(p)
+            i += p.numel()
+    after = kl(ctx.adapter.log_probs(moved, ctx.batch))
+    value = (before - after) / max(before, 1e-30)
+    return value, value > ctx.t.kl_pull
+
+
+@register_invariant("advantages depend only on their own group")
+def _group_local(ctx):
+    with_rewards = getattr(ctx.adapter, "with_rewards", None)
+    G, B = ctx.truth.group_size, len(ctx.truth.rewards)
+    if not callable(with_rewards):
+        return NotApplicable("the adapter has no with_rewards(batch, rewards)")
+    if B <= G:
+        return NotApplicable("one group in the probe batch: nothing to keep apart")
+    # the first group's rewards replaced by a spread ten times wider: a group-relative advantage
+    # (GRPO, Dr. GRPO, RLOO) leaves every other group's advantages exactly as they were
+    rewards = ctx.truth.rewards.clone().float()
+    rewards[:G] = 10.0 * torch.arange(G, dtype=torch.float) + 3.0
+    moved = ctx.adapter.prepare(ctx.model, with_rewards(ctx.batch, rewards)).advantages
+    value = float((moved[G:] - ctx.prep.advantages[G:]).abs().max())
+    return value, value < ctx.t.group_local       # NaN fails
