@@ -217,8 +217,8 @@ def bisect_evidence(result, path: str | Path) -> Path | None:
         return None
     parents = dict(result.history).get(result.first_bad, ())
     parent = next((p for p in result.probes if p.commit in parents and p.detail), None)
-    tests = culprit.detail.get("metrics", [])
-    names = [t["metric"] for t in tests if t.get("decides")][:3] or [t["metric"] for t in tests[:1]]
+    from rlbisect.bisect.report import shown_evidence
+    names = [t["metric"] for t in shown_evidence(culprit.detail)]
     shown = []
     for name in names:
         for probe, title in ((parent, "parent"), (culprit, "first bad")):

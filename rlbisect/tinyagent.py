@@ -144,9 +144,8 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
         result.hits += new
         if on_row:
             on_row(row)
-        for hit in new:
-            if on_hit:
-                on_hit(hit)
+        for hit in new if on_hit else ():
+            on_hit(hit)
     try:
         run(cfg, s.steps, s.bug, s.eval_every, row_done, hook)
     except Exception as e:

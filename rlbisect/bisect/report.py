@@ -216,10 +216,15 @@ class Progress:
         """A probe finished (or was recalled from the cache)."""
 
 
+def shown_evidence(detail: dict, limit: int = 3) -> list[dict]:
+    """The per-metric evidence worth showing: the metrics that decided, else the most-moved one."""
+    tests = detail.get("metrics") or []
+    return [t for t in tests if t.get("decides")][:limit] or tests[:1]
+
+
 def evidence_lines(detail: dict, limit: int = 3) -> list[str]:
     """Per-seed values of the metrics that decided a short-run probe (else the most-moved one)."""
-    tests = detail.get("metrics") or []
-    shown = [t for t in tests if t.get("decides")][:limit] or tests[:1]
+    shown = shown_evidence(detail, limit)
 
     def seeds(xs: list[float]) -> str:
         return " ".join(f"{x:.4g}" for x in xs)

@@ -248,13 +248,16 @@ def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], s
     attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks)
     -> {"none" | fault: {check: CheckResult}}."""
     from rlbisect.errors import InputError
-    faults = list(getattr(make_adapter(None, seeds[0]), "faults", None) or [])
+    healthy = make_adapter(None, seeds[0])      # read for its fault list, then checked as the first row
+    faults = list(getattr(healthy, "faults", None) or [])
     if not faults:
         raise InputError("--matrix runs the checks once per fault switch, and the adapter lists "
                          "none (give it a `faults` attribute)")
     out = {}
     for fault in [None, *faults]:
-        out[fault or "none"] = check_seeds(lambda seed: make_adapter(fault, seed), seeds, thresholds, runs)
+        def make(seed: int):
+            return healthy if fault is None and seed == seeds[0] else make_adapter(fault, seed)
+        out[fault or "none"] = check_seeds(make, seeds, thresholds, runs)
         if on_row is not None:
             on_row(fault, out[fault or "none"])
     return out
