@@ -4,7 +4,7 @@ For each fault, at the setting it needs to bite (`reference_trainer.faults.NEEDS
 
 * check      the invariants on probe seeds 1, 2, 3 plus the run-level checks (`rlbisect check
              --probe-seeds 1,2,3 --runs`): the checks that fail;
-* detector   a 16-step run (`rlbisect train`): the spike detectors that fire;
+* detector   a 16-step run (`rlbisect train`, its watching hook): the spike detectors that fire;
 * short run  3 seeds of 8 steps against healthy runs at the same setting (`rlbisect compare`,
              the dashboard judgement): the metrics that moved beyond the seed spread.
 
@@ -26,7 +26,8 @@ from reference_trainer.train import run
 from rlbisect.bisect.stats import Rule
 from rlbisect.check.invariants import check_seeds
 from rlbisect.runlog import dashboard, scores
-from rlbisect.steps.spikes import DetectorSet, SpikeConfig
+from rlbisect.steps.hook import SnapshotHook
+from rlbisect.tinyagent import detector_config
 
 SETTING_FIELDS = {*EnvConfig.model_fields, *SamplerConfig.model_fields, *UpdateConfig.model_fields}
 
@@ -55,12 +56,13 @@ def checks(fault: str | None, settings: dict) -> list[str]:
 
 def detectors(fault: str | None, settings: dict) -> list[str]:
     cfg = config(0, settings)
+    # a watching hook, as `rlbisect train` arms: the rows' detectors plus the frozen reference's fingerprint
+    hook = SnapshotHook(None, detectors=detector_config(cfg))
     try:
-        rows = run(cfg, 16, fault, eval_every=8)
+        run(cfg, 16, fault, eval_every=8, hook=hook)
     except Exception as e:   # noqa: BLE001 - a step that raises is what the hook saves
         return [f"raised ({type(e).__name__})"]
-    det = DetectorSet.from_config(SpikeConfig.for_trainer(cfg.update.epochs * cfg.update.minibatches))
-    return sorted({h.detector for h in det.scan(rows)})
+    return sorted({h.detector for h in hook.hits})
 
 
 _healthy: dict[str, dict] = {}

@@ -58,7 +58,8 @@ class ReferenceAdapter:
         owned = torch.tensor([[1.0 if o == 1 else 0.0 for o in t.owner[1:]] + [0.0] * (P - len(t.owner) + 1)
                               for t in trajs])
         sample_logp = torch.tensor([t.sample_logp[1:] + [0.0] * (P - len(t.owner) + 1) for t in trajs])
-        return batch, Truth(owned, sample_logp, torch.tensor([t.reward for t in trajs]), G)
+        return batch, Truth(owned, sample_logp, torch.tensor([t.reward for t in trajs]), G,
+                            drawn=torch.tensor([t.drawn for t in trajs]))
 
     def prepare(self, model, batch):
         return Prepared(*prepare_batch(model, batch, self.cfg, self.bug))

@@ -44,6 +44,7 @@ class Trajectory:
     owner: list[int]          # OWNER code per token
     sample_logp: list[float]  # sampler log-prob of each policy token, 0 elsewhere
     info: EpisodeInfo
+    drawn: int = 0            # tokens drawn from the policy, counted at the draw (not from `owner`)
 
     @property
     def reward(self) -> float:

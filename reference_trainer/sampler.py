@@ -48,6 +48,7 @@ def sample_episodes(model, tasks: list[Task], tok: Tokenizer, env_cfg: EnvConfig
             stop = bug == "stop_token_unowned" and token == tok.end_id   # stop string stripped, re-added (rasbt/reasoning-from-scratch#185)
             trajs[i].ids.append(token), trajs[i].owner.append(OWNER["env" if stop else "policy"])
             trajs[i].sample_logp.append(float(picked_logp[j]))
+            trajs[i].drawn += 1
             call[i].append(token)
             if token == tok.end_id or len(call[i]) >= env_cfg.max_call_tokens:
                 queued[i], queued_owner[i] = envs[i].step(call[i]), OWNER["env"]

@@ -58,6 +58,8 @@ _TABLE = [
     ("logp_gap_max", "consistency", "max |sampler logp - trainer logp| on trained tokens"),
     ("prob_gap", "consistency", "mean |sampler p - trainer p| on trained tokens (verl's rollout_probs_diff)"),
     ("loss_tokens", "consistency", "action-mask tokens per episode that the loss trains on"),
+    ("frozen_moved", "consistency", "1 when a module the snapshot hook watches as frozen (the KL reference) "
+     "changed since the step before, else 0 (added by the hook to what its detectors see)"),
 ]
 
 METRICS: dict[str, Metric] = {name: Metric(name, group, doc) for name, group, doc in _TABLE}

@@ -96,7 +96,7 @@ def detector_config(cfg):
 
 
 def make_hook(snapshot_dir, every: int | None, cfg, bug: str | None):
-    """The hook ``rlbisect train --snapshot-dir`` arms: a config ``replay_reference`` can rebuild
+    """The hook ``rlbisect train`` arms (watching only, without ``--snapshot-dir``): a config ``replay_reference`` can rebuild
     from, the post-update weights, and room for every snapshot of a short run."""
     from rlbisect.steps.hook import SnapshotHook
     return SnapshotHook(snapshot_dir, every=every, keep_last=KEEP, max_snapshots=KEEP,
@@ -128,10 +128,8 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
         raise InputError(str(e)) from None
     if s.snapshot_every is not None and s.snapshot_dir is None:
         raise InputError("--snapshot-every needs --snapshot-dir")
-    from rlbisect.steps.spikes import DetectorSet
-    hook = None if s.snapshot_dir is None else make_hook(s.snapshot_dir, s.snapshot_every, cfg, s.bug)
-    # without a hook the detectors still watch (and say so): only saving needs --snapshot-dir
-    watch = None if hook is not None else DetectorSet.from_config(detector_config(cfg))
+    # without --snapshot-dir the hook still watches (and says so): only saving needs a directory
+    hook = make_hook(s.snapshot_dir, s.snapshot_every, cfg, s.bug)
     result = TrainResult()
     sink = open(s.out, "w") if s.out else None
 
@@ -140,7 +138,7 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
             sink.write(json.dumps(row) + "\n")
             sink.flush()
         result.rows.append(row)
-        new = hook.hits[len(result.hits):] if hook is not None else watch.update(row["step"], row)
+        new = hook.hits[len(result.hits):]
         result.hits += new
         if on_row:
             on_row(row)
@@ -149,15 +147,14 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
     try:
         run(cfg, s.steps, s.bug, s.eval_every, row_done, hook)
     except Exception as e:
-        if hook is not None and (saved := hook.step_failed(e)) is not None:
+        if (saved := hook.step_failed(e)) is not None:
             e.add_note(f"rlbisect: the failing step's state is saved in {saved} "
                        "(rlbisect replay it)")
         raise
     finally:
         if sink:
             sink.close()
-        if hook is not None:
-            result.snapshots = hook.kept()
+        result.snapshots = hook.kept()
     return result
 
 

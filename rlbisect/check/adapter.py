@@ -42,6 +42,9 @@ class Truth:
     sample_logp: torch.Tensor  # [B, P] the sampler's log-prob of that token (anything elsewhere)
     rewards: torch.Tensor      # [B]
     group_size: int            # rows are laid out group by group: [g0 x G, g1 x G, ...]
+    # [B] tokens the sampler drew from the policy in each row, counted where it draws (not from
+    # the owner tags above, which a stripped stop string can get wrong); None if not recorded
+    drawn: Optional[torch.Tensor] = None
 
 
 @dataclass

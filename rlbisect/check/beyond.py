@@ -1,4 +1,4 @@
-"""Three invariants beyond the chapter's nine, for parts of the update it left unchecked.
+"""Five invariants beyond the chapter's nine, for parts of the update it left unchecked.
 
    10 clip stops the gradient outside 1 +- eps   with old log-probs set so ratio = e (A > 0) or 1/e
                                         (A < 0), the advantage term's gradient must vanish:
@@ -11,6 +11,13 @@
    12 advantages depend only on their own group   the first group's rewards replaced: every other
                                         group's advantage unchanged (n/a without the adapter's
                                         `with_rewards(batch, rewards)`)
+   13 every sampled token is trained on   per row, the loss mask's size equals the tokens the
+                                        sampler drew from the policy (counted where it draws, apart
+                                        from the owner tags check 1 trusts): |difference| summed
+                                        over rows the mask keeps (n/a without ``Truth.drawn``)
+   14 each optimizer step sees only its own gradient   in check 7's update, the optimizer steps
+                                        that read gradient spent by the step before (zero_grad
+                                        forgotten); n/a with one optimizer step per update
 
 Each returns :class:`NotApplicable` with its reason where the trainer has nothing it could test.
 """
@@ -102,3 +109,23 @@ def _group_local(ctx):
     moved = ctx.adapter.prepare(ctx.model, with_rewards(ctx.batch, rewards)).advantages
     value = float((moved[G:] - ctx.prep.advantages[G:]).abs().max())
     return value, value < ctx.t.group_local       # NaN fails
+
+
+@register_invariant("every sampled token is trained on")
+def _drawn(ctx):
+    drawn = ctx.truth.drawn
+    if drawn is None:
+        return NotApplicable("the adapter's Truth has no `drawn` counts (tokens the sampler drew per row)")
+    trained = ctx.prep.mask.float().sum(-1)
+    kept = trained > 0     # a row left out whole (overlong filtering) is the trainer's choice, not a lost token
+    value = float((trained - drawn.float()).abs()[kept].sum())
+    return value, value == 0
+
+
+@register_invariant("each optimizer step sees only its own gradient")
+def _grad_leak(ctx):
+    leaks = ctx.stepped["leaks"]
+    if leaks.steps < 2:
+        return NotApplicable("one optimizer step per update: no step inside it can read another's "
+                             "gradient (a leak across updates shows as grad_norm climbing)")
+    return float(leaks.leaked), leaks.leaked == 0

@@ -14,7 +14,7 @@ log-probability, a one-pass gradient, a fresh recomputation, advantages recomput
     8 update raises log pi where A > 0  corr(change of log pi(episode), advantage) after one update
     9 KL to reference > 0 after a step  KL(policy || reference) after one update (skipped without a reference)
 
-Checks 10-12 (`beyond.py`) cover parts of the update the chapter's nine leave unchecked.
+Checks 10-14 (`beyond.py`) cover parts of the update the chapter's nine leave unchecked.
 
 A check that cannot apply to a trainer (no reference model, an objective other than PPO's
 clipped surrogate: the adapter's ``objective`` attribute) returns :class:`NotApplicable` and is
@@ -26,6 +26,7 @@ Users add their own with `@register_invariant("name")`; a registered check runs 
 from __future__ import annotations
 
 import copy
+from contextlib import nullcontext
 from functools import cached_property
 from typing import Callable, Optional
 
@@ -99,10 +100,21 @@ class CheckContext:
 
     @cached_property
     def stepped(self) -> dict:
-        """One real update on a copy, with the trainer's own reference model."""
-        trained = copy.deepcopy(self.model)
-        ref = self.adapter.make_ref(trained)
-        stats = self.adapter.update(trained, self.batch, ref)
+        """One real update on a copy, with the trainer's own reference model; ``leaks`` counts its
+        optimizer steps that read gradient spent by the step before (:mod:`.optim_probe`)."""
+        from rlbisect.check.optim_probe import StepLeaks, spent_gradients_poisoned
+
+        def update(poison: bool):
+            trained = copy.deepcopy(self.model)
+            trained.zero_grad(set_to_none=True)
+            ref = self.adapter.make_ref(trained)
+            with spent_gradients_poisoned() if poison else nullcontext(StepLeaks()) as leaks:
+                stats = self.adapter.update(trained, self.batch, ref)
+            return trained, ref, stats, leaks
+        trained, ref, stats, leaks = update(poison=True)
+        if leaks.leaked:       # the poison reached the weights: the other checks get a clean update
+            trained, ref, stats, _ = update(poison=False)
+        trained.zero_grad(set_to_none=True)
         new_logp = self.adapter.log_probs(trained, self.batch)
         if ref is None or ref is trained:
             ref_logp = None if ref is None else new_logp
@@ -110,7 +122,8 @@ class CheckContext:
             ref_logp = self.trainer_logp
         else:
             ref_logp = self.adapter.log_probs(ref, self.batch)
-        return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp, "model": trained, "ref": ref}
+        return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp, "model": trained, "ref": ref,
+                "leaks": leaks}
 
     def few_rows(self, n: int = 2) -> torch.Tensor:
         """Up to n rows of the minibatch with A > 0 and n with A < 0: enough to see a gradient

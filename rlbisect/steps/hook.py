@@ -14,8 +14,11 @@ a step that raises instead (`step_failed`, automatic with `with hook.update(...)
 with the error as its hit, before the exception goes on.
 
 Modules the update reads but never changes (a frozen KL reference) go in `frozen={"ref": ref}`:
-they are written only when a snapshot is saved, so they cost nothing on the other steps, and a
-replay then uses exactly the reference the run used.
+they are written only when a snapshot is saved, and a replay then uses exactly the reference the
+run used. Each step the hook fingerprints them (a strided sample of each tensor) and tells its
+detectors `frozen_moved` = 1 when one changed since the step before.
+
+`SnapshotHook(None)` only watches: detectors and fingerprints, nothing copied or saved.
 
 Disk bound (only files this hook wrote are ever deleted):
 * periodic snapshots (no hit) rotate: only the newest `keep_last` survive;
@@ -38,7 +41,7 @@ from typing import Any
 import torch
 
 from rlbisect.repo import CodeIdentity, code_identity
-from rlbisect.steps.capture import capture, diff_norm, state_digest
+from rlbisect.steps.capture import capture, diff_norm, fingerprint, state_digest
 from rlbisect.steps.format import Snapshot, SnapshotError, save_snapshot
 from rlbisect.steps.spikes import DetectorSet, Hit, SpikeConfig, default_detectors
 
@@ -85,7 +88,7 @@ class StepRecord:
 class SnapshotHook:
     """Keeps each step's pre-update state in memory and persists it when a detector fires.
 
-    directory      where `step-NNNNNN.pt` files go (created if missing)
+    directory      where `step-NNNNNN.pt` files go (created if missing); None: watch only
     every          also save every `every`-th step (`step % every == 0`); None: detector hits only
     detectors      a `DetectorSet`, a `SpikeConfig`, or None for `default_detectors()`
     keep_last      periodic snapshots kept (newest first)
@@ -98,7 +101,7 @@ class SnapshotHook:
                    file), so a replay reports how far its update lands from the recorded one
     """
 
-    def __init__(self, directory: str | os.PathLike, *, every: int | None = None,
+    def __init__(self, directory: str | os.PathLike | None, *, every: int | None = None,
                  detectors: DetectorSet | SpikeConfig | None = None, keep_last: int = 3,
                  max_snapshots: int = 20, config: Any = None, meta: dict | None = None,
                  code_dir: str | os.PathLike | None = None, keep_post_update: bool = False) -> None:
@@ -106,8 +109,11 @@ class SnapshotHook:
             raise ValueError("every must be >= 1 (or None for detector hits only)")
         if keep_last < 1 or max_snapshots < 1:
             raise ValueError("keep_last and max_snapshots must be >= 1")
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if directory is None and every is not None:
+            raise ValueError("every needs a directory to save to")
+        self.dir = None if directory is None else Path(directory)
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
         self.every, self.keep_last, self.max_snapshots = every, keep_last, max_snapshots
         self.keep_post_update = keep_post_update
         self.detectors = detectors if isinstance(detectors, DetectorSet) else default_detectors(detectors)
@@ -122,7 +128,9 @@ class SnapshotHook:
         self.errors: list[str] = []  # save failures; a debugging aid never stops the run
         self._periodic: list[Path] = []
         self._flagged: list[Path] = []
-        self._pending: tuple[Snapshot, torch.nn.Module, dict[str, torch.nn.Module]] | None = None
+        self._pending: tuple[int, Snapshot | None, torch.nn.Module, dict[str, torch.nn.Module]] | None = None
+        self._prints: dict[str, list[float]] = {}   # the frozen modules' fingerprints, last step
+        self._moved: float | None = None
 
     def before_update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                       batch: Mapping[str, torch.Tensor],
@@ -135,23 +143,27 @@ class SnapshotHook:
         """
         if self.code is None:  # once: the code as loaded when the run began, before anyone edits it
             self.code = _find_code(model)
-        snap = capture(step, model, optimizer, dict(batch), generators,
-                       config=self.config, meta=self.meta, code=self.code)
         kept = {n: m for n, m in (frozen or {}).items() if m is not None and m is not model}
-        self._pending = (snap, model, kept)
+        prints = {n: fingerprint(m) for n, m in kept.items()}
+        both = prints.keys() & self._prints.keys()
+        self._moved = float(any(prints[n] != self._prints[n] for n in both)) if both else None
+        self._prints = prints
+        snap = None if self.dir is None else capture(step, model, optimizer, dict(batch), generators,
+                                                     config=self.config, meta=self.meta, code=self.code)
+        self._pending = (step, snap, model, kept)
 
     def after_update(self, step: int, stats: Mapping[str, Any]) -> list[Hit]:
         """Feed the step's logged statistics to the detectors; save the kept state if needed."""
-        if self._pending is None or self._pending[0].step != step:
-            kept = None if self._pending is None else self._pending[0].step
+        if self._pending is None or self._pending[0] != step:
+            kept = None if self._pending is None else self._pending[0]
             raise RuntimeError(f"after_update({step}) without a matching before_update (kept: {kept})")
-        snap, model, frozen = self._pending
+        _, snap, model, frozen = self._pending
         self._pending = None
-        snap.stats = _plain(stats)
-        hits = self.detectors.update(step, snap.stats)
+        seen = _plain(stats) if self._moved is None else {**_plain(stats), "frozen_moved": self._moved}
+        hits = self.detectors.update(step, seen)
         self.hits += hits
-        if hits or (self.every is not None and step % self.every == 0):
-            snap.hits = hits
+        if snap is not None and (hits or (self.every is not None and step % self.every == 0)):
+            snap.stats, snap.hits = seen, hits
             snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
             self._save(snap, model)
         return hits
@@ -164,11 +176,13 @@ class SnapshotHook:
         if self._pending is None or not isinstance(error, Exception):   # Ctrl-C is no finding
             self._pending = None
             return None
-        snap, model, frozen = self._pending
+        step, snap, model, frozen = self._pending
         self._pending = None
         message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-        hit = Hit("raised", type(error).__name__, snap.step, None, f"the step raised {message}")
+        hit = Hit("raised", type(error).__name__, step, None, f"the step raised {message}")
         self.hits.append(hit)
+        if snap is None:
+            return None
         snap.hits, snap.stats = [hit], {}
         snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
         before = len(self.saved)

@@ -147,6 +147,12 @@ class SpikeConfig(_Rule):
         # step (a reference refreshed from the policy, a KL skipped on some steps) are as telling.
         StuckRule(name="kl_ref_zero", values={"kl_ref": 0.0}, k=2, within=4,
                   why="the KL term has no effect: is the reference model the policy itself?"),
+        # Only the snapshot hook knows (it fingerprints the modules passed as `frozen`). One change
+        # can be a scheduled refresh (TRL's ref_model_sync_steps); two in four steps is a reference
+        # that follows the policy, and a KL term that holds nothing back.
+        StuckRule(name="frozen_moved", values={"frozen_moved": 1.0}, k=2, within=4,
+                  why="a module declared frozen (the KL reference) changed between steps: is it "
+                      "reloaded from the policy?"),
     ], description="telling-value rules: k of the last `within` steps")
     trends: list[TrendRule] = Field(default_factory=lambda: [
         TrendRule(signal="grad_norm", k=TREND_K, factor=TREND_FACTOR,

@@ -11,7 +11,8 @@ defaults watch the signals that move before the reward does:
              (a learning rate ten times too high shows as a huge `approx_kl` on the very first step).
 * `stuck`    signals exactly at a telling value in k of the last n steps, e.g. `clip_frac == 0`
              and `ratio_max == 1` (old log-probs recomputed after the update: PPO is a no-op),
-             `clip_frac == 1` (every token clipped), `kl_ref == 0` on every other step.
+             `clip_frac == 1` (every token clipped), `kl_ref == 0` on every other step,
+             `frozen_moved == 1` (the snapshot hook saw the frozen reference change) twice in 4 steps.
 * `trend`    a signal that rose on each of the last k steps to a multiple of where the climb began
              (`grad_norm` creeping up: too slow for a spike rule, which absorbs level shifts).
 * `relative` a signal several times the run's own early level, under any fixed ceiling

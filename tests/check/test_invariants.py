@@ -30,7 +30,8 @@ def test_names_and_order_are_the_chapters_then_ours():
                            "accumulated = one-pass gradient", "old_logp frozen in the update",
                            "update raises log pi where A > 0", "KL to reference > 0 after a step"]
     assert BUILTIN[9:] == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
-                           "advantages depend only on their own group"]
+                           "advantages depend only on their own group", "every sampled token is trained on",
+                           "each optimizer step sees only its own gradient"]
 
 
 @pytest.mark.parametrize("bug", [None, *CHAPTER_FAULTS])
@@ -104,13 +105,36 @@ def test_as_json_shape():
 
 NEW = {"clip stops the gradient outside 1 +- eps": ["clip_low_eps", "clip_max", "ratio_inverted"],
        "KL term pulls toward the reference": ["kl_detached", "kl_sign"],
-       "advantages depend only on their own group": ["adv_batch_std", "adv_wrong_axis"]}
+       "advantages depend only on their own group": ["adv_batch_std", "adv_wrong_axis"],
+       "every sampled token is trained on": ["stop_token_unowned", "last_token_unmasked"],
+       "each optimizer step sees only its own gradient": ["no_zero_grad"]}
 
 
 @pytest.mark.parametrize("check,bug", [(c, b) for c, bugs in NEW.items() for b in bugs])
 def test_each_new_invariant_fails_on_its_faults_and_passes_without(check, bug):
     healthy, faulty = sanity_checks(make_adapter(seed=2))[check], sanity_checks(make_adapter(seed=2, bug=bug))[check]
     assert healthy.passed and not healthy.na and not faulty.passed, (healthy, faulty)
+
+
+def test_a_leaked_gradient_is_named_by_its_own_check_alone():
+    """The poisoned update that exposes a forgotten zero_grad is redone clean for checks 7-11."""
+    res = sanity_checks(make_adapter(bug="no_zero_grad"))
+    assert [n for n, r in res.items() if not r.passed] == ["each optimizer step sees only its own gradient"]
+
+
+def test_the_new_checks_say_when_they_do_not_apply():
+    one_step = sanity_checks(make_adapter(minibatches=1))["each optimizer step sees only its own gradient"]
+    assert one_step.passed and one_step.na.startswith("one optimizer step per update")
+    adapter = make_adapter()
+    probe = adapter.probe_batch
+
+    def without_draws():
+        batch, truth = probe()
+        truth.drawn = None
+        return batch, truth
+    adapter.probe_batch = without_draws
+    no_counts = sanity_checks(adapter)["every sampled token is trained on"]
+    assert no_counts.passed and "no `drawn` counts" in no_counts.na
 
 
 def test_probe_seeds_find_what_one_lucky_batch_hides():

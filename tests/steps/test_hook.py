@@ -242,3 +242,34 @@ def test_frozen_modules_and_post_update_weights(tmp_path):
     plain = SnapshotHook(tmp_path / "plain", every=1)  # the default keeps neither
     run(plain, 1)
     assert load_snapshot(plain.kept()[0]).post_update is None
+
+
+def run_with_ref(hook: SnapshotHook, steps: int, sync_at=()) -> list:
+    """The toy loop with a frozen reference, reloaded from the policy after the steps in ``sync_at``."""
+    model, opt = make_model()
+    ref, _ = make_model()
+    gen, hits = torch.Generator().manual_seed(5), []
+    for step in range(steps):
+        batch = collect(model, step)
+        hook.before_update(step, model, opt, batch, generators={"order": gen}, frozen={"ref": ref})
+        hits += hook.after_update(step, update(model, opt, batch, gen))
+        if step in sync_at:
+            ref.load_state_dict(model.state_dict())
+    return hits
+
+
+@pytest.mark.parametrize("sync_at,fires_at", [((), None), ((5,), None), (range(10), 2), ((2, 4, 6, 8), 5)])
+def test_a_reference_that_follows_the_policy_fires_and_a_frozen_or_rarely_refreshed_one_does_not(
+        tmp_path, sync_at, fires_at):
+    """Moved = changed since the step before: a sync after step s shows at step s + 1."""
+    hook = SnapshotHook(tmp_path)
+    hits = [(h.detector, h.step) for h in run_with_ref(hook, 10, sync_at)]
+    assert hits == ([] if fires_at is None else [("stuck:frozen_moved", fires_at)]), hits
+    assert [p.name for p in hook.kept()] == ([] if fires_at is None else [snapshot_name(fires_at)])
+
+
+def test_a_watch_only_hook_fires_the_same_and_writes_nothing(tmp_path):
+    hook = SnapshotHook(None)
+    assert [h.step for h in run_with_ref(hook, 10, range(10))] == [2] and hook.kept() == []
+    with pytest.raises(ValueError, match="every needs a directory"):
+        SnapshotHook(None, every=1)
