@@ -74,9 +74,9 @@ class ReferenceAdapter:
     def backward(self, model, batch, rows, prep):
         return minibatch_backward(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg, self.bug)
 
-    def update(self, model, batch, ref):
+    def update(self, model, batch, ref, observe=None):
         opt = torch.optim.Adam(model.parameters(), lr=self.cfg.update.lr)
-        return rl_update(model, opt, batch, self.cfg, self.bug, ref, torch.Generator().manual_seed(0))
+        return rl_update(model, opt, batch, self.cfg, self.bug, ref, torch.Generator().manual_seed(0), observe)
 
     def make_ref(self, model):
         return make_ref(model, self.cfg, self.bug)

@@ -46,6 +46,9 @@ CATALOGUE = {
                      "'advantages = (r - group mean) / group std' invariant",
     "adv_no_eps": "no epsilon under the group std: a flat group gives 0/0 = NaN (needs a flat group) -> NaN detector",
     "adv_wrong_axis": "group mean/std taken over the wrong axis (across tasks, per sample slot) -> check 4",
+    "adv_renorm_in_update": "the update whitens the advantages again over each minibatch (a learner-side "
+                            "second normalization) -> nothing that reads prepare(); 'the update consumes "
+                            "prepare()'s tensors' invariant",
     # loss and clipping (losses.policy_loss / aggregate)
     "ratio_inverted": "ratio = exp(old_logp - logp): the gradient points the other way -> check 8",
     "clip_low_eps": "ratio clipped to [eps, 1 + eps] instead of [1 - eps, 1 + eps]: the lower clip is gone "

@@ -36,14 +36,17 @@ def _share(part_mask, mask, mode):
     return len(part_mask) / len(mask)
 
 
-def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None):
-    """The loss of `rows` in one forward pass -> (loss tensor, stats). No backward."""
+def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None, observe=None):
+    """The loss of `rows` in one forward pass -> (loss tensor, stats). No backward. ``observe``, if
+    given, is shown the rows and the mask, old log-probs and advantages exactly as the loss uses them."""
     u, temp, ids = cfg.update, cfg.sampler.temperature, batch["ids"]
     if bug == "logp_no_temp":     # the sampler's temperature never reaches the trainer (huggingface/trl#3029)
         temp = 1.0
     m = mask[rows]
     logits = model(ids[rows])[:, :-1] / temp                                  # [b, T-1, V]
     logp = selected_log_probs(logits, ids[rows, 1:])
+    if observe is not None:
+        observe(rows, m, old_logp[rows], advantages[rows])
     loss, stats = policy_loss(logp, old_logp[rows], advantages[rows], m, u.clip_eps, u.loss_mode, bug)
     in_loss = bug == "entropy_sign" or u.entropy_coef > 0
     with torch.set_grad_enabled(in_loss and torch.is_grad_enabled()):   # logged only: no graph
@@ -64,7 +67,8 @@ def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None
     return loss, stats
 
 
-def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None) -> dict:
+def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=None, ref_model=None,
+                       observe=None) -> dict:
     """Loss and backward for one minibatch, accumulated over microbatches (no optimizer step) -> stats."""
     mode = cfg.update.loss_mode
     if bug == "accum_local":   # a token-budget scheduler's microbatches, each normalized on its own
@@ -75,7 +79,7 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
         weights = [_share(mask[p], mask[rows], mode) for p in parts]
     out = {"loss": 0.0, "ratio_max": float("-inf"), "ratio_min": float("inf")}
     for part, w in zip(parts, weights):
-        loss, stats = minibatch_loss(model, batch, part, mask, old_logp, advantages, cfg, bug, ref_model)
+        loss, stats = minibatch_loss(model, batch, part, mask, old_logp, advantages, cfg, bug, ref_model, observe)
         if bug == "zero_grad_per_micro":   # zeroed per forward/backward, not per step (pytorch/torchtitan#3575)
             model.zero_grad()
         (w * loss).backward()
@@ -88,7 +92,7 @@ def minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug=
     return out
 
 
-def rl_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generator=None) -> dict:
+def rl_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generator=None, observe=None) -> dict:
     """The PPO/GRPO update on one batch -> mean stats over minibatches, plus consistency metrics."""
     u = cfg.update
     mask, old_logp, advantages = prepare_batch(model, batch, cfg, bug)
@@ -103,7 +107,11 @@ def rl_update(model, optimizer, batch, cfg, bug=None, ref_model=None, generator=
                 old_logp = prepare_batch(model, batch, cfg)[1]
             if bug != "no_zero_grad":   # gradients never cleared (meta-pytorch/torchforge#71)
                 optimizer.zero_grad()
-            stats = minibatch_backward(model, batch, rows, mask, old_logp, advantages, cfg, bug, ref_model)
+            adv = advantages
+            if bug == "adv_renorm_in_update":   # learner-side second whitening, per minibatch (axon-rl/gem#113)
+                adv = advantages.clone()
+                adv[rows] = (advantages[rows] - advantages[rows].mean()) / (advantages[rows].std() + 1e-6)
+            stats = minibatch_backward(model, batch, rows, mask, old_logp, adv, cfg, bug, ref_model, observe)
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), u.max_grad_norm))
             optimizer.step()
             logs.append(stats)

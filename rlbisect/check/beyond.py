@@ -1,4 +1,4 @@
-"""Five invariants beyond the chapter's nine, for parts of the update it left unchecked.
+"""Six invariants beyond the chapter's nine, for parts of the update it left unchecked.
 
    10 clip stops the gradient outside 1 +- eps   with old log-probs set so ratio = e (A > 0) or 1/e
                                         (A < 0), the advantage term's gradient must vanish:
@@ -18,6 +18,10 @@
    14 each optimizer step sees only its own gradient   in check 7's update, the optimizer steps
                                         that read gradient spent by the step before (zero_grad
                                         forgotten); n/a with one optimizer step per update
+   15 the update consumes what prepare() returns   in check 7's update, the mask, old log-probs
+                                        and advantages its loss is handed (the adapter's
+                                        ``update(..., observe)``) equal prepare()'s, which checks
+                                        1-12 read: max difference (n/a when update takes no `observe`)
 
 Each returns :class:`NotApplicable` with its reason where the trainer has nothing it could test.
 """
@@ -129,3 +133,18 @@ def _grad_leak(ctx):
         return NotApplicable("one optimizer step per update: no step inside it can read another's "
                              "gradient (a leak across updates shows as grad_norm climbing)")
     return float(leaks.leaked), leaks.leaked == 0
+
+
+@register_invariant("the update consumes what prepare() returns")
+def _consumed(ctx):
+    seen = ctx.stepped["consumed"]
+    if seen is None:
+        return NotApplicable("the adapter's update() takes no `observe`, so what its loss consumes cannot be seen")
+    if not seen:
+        return NotApplicable("the update never called `observe`")
+    prep, value = ctx.prep, 0.0
+    for rows, mask, old, adv in seen:
+        on = prep.mask[rows] > 0
+        value = max(value, float((mask != prep.mask[rows]).sum()), float((adv - prep.advantages[rows]).abs().max()),
+                    float((old - prep.old_logp[rows]).abs()[on].max()) if on.any() else 0.0)
+    return value, value < ctx.t.consumed      # NaN fails

@@ -26,6 +26,7 @@ Users add their own with `@register_invariant("name")`; a registered check runs 
 from __future__ import annotations
 
 import copy
+import inspect
 from contextlib import nullcontext
 from functools import cached_property
 from typing import Callable, Optional
@@ -64,14 +65,14 @@ class CheckContext:
         self.batch, self.truth = adapter.probe_batch()
         B = len(self.truth.rewards)
         self.rows = torch.arange(B)
-        # Accumulation, padding and the first-step ratio are properties of one minibatch: check them
-        # on a seeded random half of the rows (the unit a trainer accumulates over, at half the
-        # cost) that always holds the episode whose policy tokens reach furthest right: the batch's
-        # right edge is where a shifted mask and padding interact.
-        half = torch.randperm(B, generator=torch.Generator().manual_seed(0))[: max(B // 2, 1)]
+        # Accumulation, padding and the first-step ratio are properties of any one minibatch: check
+        # them on a seeded random quarter of the rows (the identities hold for any subset; a quarter
+        # keeps the checks within 3x an update) that always holds the episode whose policy tokens
+        # reach furthest right: the batch's right edge is where a shifted mask and padding interact.
+        part = torch.randperm(B, generator=torch.Generator().manual_seed(0))[: max(B // 4, 1)]
         positions = torch.arange(1, self.truth.owned.shape[1] + 1)
         furthest = int(((self.truth.owned > 0) * positions).amax(-1).argmax())
-        self.minibatch = half if furthest in half else torch.cat([half[:-1], torch.tensor([furthest])])
+        self.minibatch = part if furthest in part else torch.cat([part[:-1], torch.tensor([furthest])])
 
     @cached_property
     def prep(self) -> Prepared:
@@ -104,12 +105,18 @@ class CheckContext:
         optimizer steps that read gradient spent by the step before (:mod:`.optim_probe`)."""
         from rlbisect.check.optim_probe import StepLeaks, spent_gradients_poisoned
 
+        consumed: Optional[list] = [] if "observe" in inspect.signature(self.adapter.update).parameters else None
+
         def update(poison: bool):
             trained = copy.deepcopy(self.model)
             trained.zero_grad(set_to_none=True)
             ref = self.adapter.make_ref(trained)
+            seen = {}
+            if consumed is not None:      # what the loss consumes, from this update only
+                consumed.clear()
+                seen["observe"] = lambda *t: consumed.append([x.detach().clone() for x in t])
             with spent_gradients_poisoned() if poison else nullcontext(StepLeaks()) as leaks:
-                stats = self.adapter.update(trained, self.batch, ref)
+                stats = self.adapter.update(trained, self.batch, ref, **seen)
             return trained, ref, stats, leaks
         trained, ref, stats, leaks = update(poison=True)
         if leaks.leaked:       # the poison reached the weights: the other checks get a clean update
@@ -123,7 +130,7 @@ class CheckContext:
         else:
             ref_logp = self.adapter.log_probs(ref, self.batch)
         return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp, "model": trained, "ref": ref,
-                "leaks": leaks}
+                "leaks": leaks, "consumed": consumed}
 
     def few_rows(self, n: int = 2) -> torch.Tensor:
         """Up to n rows of the minibatch with A > 0 and n with A < 0: enough to see a gradient

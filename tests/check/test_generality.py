@@ -25,7 +25,8 @@ NAMES = ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before
          "group advantage mean = 0", "loss invariant to padding", "accumulated = one-pass gradient",
          "old_logp frozen in the update", "update raises log pi where A > 0", "KL to reference > 0 after a step",
          "clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
-         "advantages depend only on their own group"]
+         "advantages depend only on their own group", "every sampled token is trained on",
+         "each optimizer step sees only its own gradient", "the update consumes what prepare() returns"]
 # fault -> checks (1-based) that must fail; "entropy_sign" is invisible at step 0, as in the chapter.
 MUST_FAIL = {"mask_shift": {1, 2}, "sign_flip": {8}, "stale_old_logp": {7}, "accum_local": {6},
              "sampler_temp": {2, 3}, "ref_is_policy": {9}, "entropy_sign": set(),
@@ -93,6 +94,8 @@ def test_all_nine_pass_on_the_healthy_second_trainer(seed):
     assert v[7] > 1e-5 and v[8] > 0.2 and v[9] > 1e-4
     # CISPO keeps a gradient outside the clip range by design; its loss takes no reference: n/a, said
     assert "cispo" in res[NAMES[9]].na and "takes no `ref`" in res[NAMES[10]].na
+    # an adapter that records no draws and takes no `observe`: checks 13 and 15 n/a, said
+    assert "no `drawn` counts" in res[NAMES[12]].na and "takes no `observe`" in res[NAMES[14]].na
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -31,7 +31,8 @@ def test_names_and_order_are_the_chapters_then_ours():
                            "update raises log pi where A > 0", "KL to reference > 0 after a step"]
     assert BUILTIN[9:] == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
                            "advantages depend only on their own group", "every sampled token is trained on",
-                           "each optimizer step sees only its own gradient"]
+                           "each optimizer step sees only its own gradient",
+                           "the update consumes what prepare() returns"]
 
 
 @pytest.mark.parametrize("bug", [None, *CHAPTER_FAULTS])
@@ -107,7 +108,8 @@ NEW = {"clip stops the gradient outside 1 +- eps": ["clip_low_eps", "clip_max", 
        "KL term pulls toward the reference": ["kl_detached", "kl_sign"],
        "advantages depend only on their own group": ["adv_batch_std", "adv_wrong_axis"],
        "every sampled token is trained on": ["stop_token_unowned", "last_token_unmasked"],
-       "each optimizer step sees only its own gradient": ["no_zero_grad"]}
+       "each optimizer step sees only its own gradient": ["no_zero_grad"],
+       "the update consumes what prepare() returns": ["adv_renorm_in_update", "stale_old_logp"]}
 
 
 @pytest.mark.parametrize("check,bug", [(c, b) for c, bugs in NEW.items() for b in bugs])
@@ -133,8 +135,12 @@ def test_the_new_checks_say_when_they_do_not_apply():
         truth.drawn = None
         return batch, truth
     adapter.probe_batch = without_draws
-    no_counts = sanity_checks(adapter)["every sampled token is trained on"]
+    update = adapter.update
+    adapter.update = lambda model, batch, ref: update(model, batch, ref)    # takes no `observe`
+    res = sanity_checks(adapter)
+    no_counts, unseen = res["every sampled token is trained on"], res["the update consumes what prepare() returns"]
     assert no_counts.passed and "no `drawn` counts" in no_counts.na
+    assert unseen.passed and "takes no `observe`" in unseen.na
 
 
 def test_probe_seeds_find_what_one_lucky_batch_hides():
