@@ -45,8 +45,7 @@ def config(seed: int, settings: dict) -> RLConfig:
 
 def checks(fault: str | None, settings: dict) -> list[str]:
     kl = settings.get("kl_coef", 0.1)
-    # the adapter takes sampler and update settings; an environment setting only reaches training
-    opts = {k: v for k, v in settings.items() if k != "kl_coef" and k not in EnvConfig.model_fields}
+    opts = {k: v for k, v in settings.items() if k != "kl_coef"}   # the trainer's settings reach the checks
     try:
         res = check_seeds(lambda s: make_adapter(seed=s, bug=fault, kl_coef=kl, **opts), [1, 2, 3], runs=True)
     except Exception as e:   # noqa: BLE001 - the code under test raising under the checks: caught (bad)

@@ -39,7 +39,7 @@ def time_update(adapter) -> float:
     return time.perf_counter() - t0
 
 
-def main(repeats: int = 15) -> None:
+def main(repeats: int = 25) -> None:
     adapter = _FixedBatch(make_adapter(episodes=64, kl_coef=0.1))
     checks, updates = [], []
     for _ in range(repeats):          # alternate, so machine noise hits both sides alike

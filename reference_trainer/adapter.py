@@ -13,7 +13,7 @@ from rlbisect.check import Prepared, Truth
 
 from .base import make_base
 from .batch import collate, pad_batch, prepare_batch, recompute_log_probs
-from .config import RLConfig, SamplerConfig, UpdateConfig
+from .config import EnvConfig, RLConfig, SamplerConfig, UpdateConfig
 from .faults import BUGS, SAMPLER_TEMP, check_bug
 from .sampler import sample_groups
 from .tasks import make_tasks
@@ -28,12 +28,12 @@ class ReferenceAdapter:
                  **settings):
         self.bug = check_bug(bug)
         # the trainer's own settings (`--adapter-opt temperature=0.7`): the checks run where training does
-        sampler = {k: settings.pop(k) for k in list(settings) if k in SamplerConfig.model_fields}
-        update = {k: settings.pop(k) for k in list(settings) if k in UpdateConfig.model_fields}
+        stages = (EnvConfig, SamplerConfig, UpdateConfig)
+        env, sampler, update = ({k: settings.pop(k) for k in list(settings) if k in c.model_fields} for c in stages)
         if settings:
-            known = sorted({*SamplerConfig.model_fields, *UpdateConfig.model_fields} - {"kl_coef"})
+            known = sorted({f for c in stages for f in c.model_fields} - {"kl_coef"})
             raise ValueError(f"unknown setting {next(iter(settings))!r} (settings: {', '.join(known)})")
-        self.cfg = RLConfig(sampler=SamplerConfig(**sampler),
+        self.cfg = RLConfig(env=EnvConfig(**env), sampler=SamplerConfig(**sampler),
                             update=UpdateConfig(**{"kl_coef": kl_coef or 0.0, **update}))
         if episodes % self.cfg.sampler.group_size:
             raise ValueError(f"episodes must be a multiple of the group size {self.cfg.sampler.group_size}")
@@ -59,13 +59,21 @@ class ReferenceAdapter:
                               for t in trajs])
         sample_logp = torch.tensor([t.sample_logp[1:] + [0.0] * (P - len(t.owner) + 1) for t in trajs])
         return batch, Truth(owned, sample_logp, torch.tensor([t.reward for t in trajs]), G,
-                            drawn=torch.tensor([t.drawn for t in trajs]))
+                            drawn=torch.tensor([t.drawn for t in trajs]),
+                            rescored=torch.tensor([self._configured_reward(t.info) for t in trajs]))
+
+    def _configured_reward(self, info) -> float:
+        """The reward rule as configured, applied to an episode's record: the configured verifier's
+        verdict if it submitted within the configured turn budget, else 0."""
+        env = self.cfg.env
+        verdict = info.hidden_pass if env.reward == "hidden" else info.public_pass
+        return float(verdict) if info.submitted and info.n_turns <= env.max_turns else 0.0
 
     def prepare(self, model, batch):
         return Prepared(*prepare_batch(model, batch, self.cfg, self.bug))
 
-    def log_probs(self, model, batch):
-        return recompute_log_probs(model, batch["ids"], self.cfg, self.bug)
+    def log_probs(self, model, batch, rows=None):
+        return recompute_log_probs(model, batch["ids"] if rows is None else batch["ids"][rows], self.cfg, self.bug)
 
     def loss(self, model, batch, rows, prep, ref=None):
         return minibatch_loss(model, batch, rows, prep.mask, prep.old_logp, prep.advantages, self.cfg, self.bug,
@@ -96,6 +104,6 @@ class ReferenceAdapter:
 
 def make_adapter(episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None,
                  **settings) -> ReferenceAdapter:
-    """The factory `rlbisect check` uses when no --adapter is given; ``settings`` are sampler and
-    update config fields (temperature, loss_mode, microbatches, clip_eps, ...)."""
+    """The factory `rlbisect check` uses when no --adapter is given; ``settings`` are environment,
+    sampler and update config fields (max_turns, reward, temperature, loss_mode, microbatches, ...)."""
     return ReferenceAdapter(episodes=episodes, seed=seed, kl_coef=kl_coef, bug=bug, **settings)

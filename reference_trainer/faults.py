@@ -75,9 +75,9 @@ CATALOGUE = {
                       "'same seed, same rows whatever the logging schedule'",
     # reward / config (sampler.py)
     "env_cfg_ignored": "the sampler builds a default EnvConfig: configured reward / max_turns silently ignored "
-                       "(needs --reward public or --max-turns != 6) -> short run at that setting",
+                       "(needs --reward public or --max-turns != 6) -> 'rewards = the configured reward rule'",
     "unsubmitted_rewarded": "episodes that run out of turns are scored on the public tests of their last code "
-                            "-> short run (stalling pays)",
+                            "-> 'rewards = the configured reward rule' (stalling pays)",
 }
 
 # The setting a fault needs to bite (beyond the defaults); the rest bite at the defaults.
@@ -91,7 +91,7 @@ NEEDS = {
     "kl_sign": {"kl_coef": 0.1},
     "ref_synced": {"kl_coef": 0.1},
     "zero_grad_per_micro": {"microbatches": 2},
-    "env_cfg_ignored": {"max_turns": 3},
+    "env_cfg_ignored": {"reward": "public"},
 }
 
 BUGS = {**CHAPTER, **CATALOGUE}

@@ -33,7 +33,7 @@ def test_check_matrix_json_and_plot(tmp_path):
     r = runner.invoke(app, ["check", "--matrix", "--json", "--plot", str(png)])
     table = json.loads(r.output)
     from reference_trainer.faults import BUGS
-    assert r.exit_code == 0 and list(table) == ["none", *BUGS] and len(table) == 31   # 7 + 23 faults
+    assert r.exit_code == 0 and list(table) == ["none", *BUGS] and len(table) == 32   # 7 + 24 faults
     assert [k for k, v in table["sign_flip"].items() if not v["passed"]] == ["update raises log pi where A > 0"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

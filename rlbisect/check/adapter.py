@@ -45,6 +45,9 @@ class Truth:
     # [B] tokens the sampler drew from the policy in each row, counted where it draws (not from
     # the owner tags above, which a stripped stop string can get wrong); None if not recorded
     drawn: Optional[torch.Tensor] = None
+    # [B] the configured reward applied again to each finished episode's record (outcome, turns
+    # used), apart from the sampler's own scoring; None if not offered
+    rescored: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -70,7 +73,8 @@ class TrainerAdapter(Protocol):
         """The trainer's batch preparation: mask, old_logp, advantages."""
 
     def log_probs(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
-        """The trainer's recomputation of log pi(target) at every position, [B, P], no grad."""
+        """The trainer's recomputation of log pi(target) at every position, [B, P], no grad. It may
+        take ``rows=None`` and then return only those rows, [len(rows), P] (a cheaper check 11)."""
 
     def loss(self, model: torch.nn.Module, batch: Any, rows: torch.Tensor, prep: Prepared) -> tuple[torch.Tensor, dict]:
         """The loss of `rows` in ONE forward pass (no accumulation) -> (differentiable loss, stats)."""
@@ -80,7 +84,9 @@ class TrainerAdapter(Protocol):
         optimizer step -> stats with at least `loss`, `ratio_max`, `ratio_min`."""
 
     def update(self, model: torch.nn.Module, batch: Any, ref: Optional[torch.nn.Module]) -> dict:
-        """One full training update of `model` in place (fresh optimizer) -> stats with `approx_kl`."""
+        """One full training update of `model` in place (fresh optimizer) -> stats with `approx_kl`.
+        Optionally it takes ``observe=None`` and calls ``observe(rows, mask, old_logp, advantages)``
+        with the tensors its loss is handed, per minibatch (check 15 compares them with prepare())."""
 
     def make_ref(self, model: torch.nn.Module) -> Optional[torch.nn.Module]:
         """The trainer's KL reference for `model`, or None when it uses no KL term."""

@@ -1,4 +1,4 @@
-"""Six invariants beyond the chapter's nine, for parts of the update it left unchecked.
+"""Seven invariants beyond the chapter's nine, for parts of the update it left unchecked.
 
    10 clip stops the gradient outside 1 +- eps   with old log-probs set so ratio = e (A > 0) or 1/e
                                         (A < 0), the advantage term's gradient must vanish:
@@ -22,6 +22,9 @@
                                         and advantages its loss is handed (the adapter's
                                         ``update(..., observe)``) equal prepare()'s, which checks
                                         1-12 read: max difference (n/a when update takes no `observe`)
+   16 rewards = the configured reward rule   the rewards the batch carries equal the configured
+                                        reward rule applied again to each episode's record
+                                        (``Truth.rescored``): max |difference| (n/a without it)
 
 Each returns :class:`NotApplicable` with its reason where the trainer has nothing it could test.
 """
@@ -77,14 +80,14 @@ def _kl_pull(ctx):
     rows = ctx.minibatch[:4]
     mask = ctx.truth.owned[rows]
 
-    def kl(logp: torch.Tensor) -> float:
-        x = ctx.stepped["ref_logp"][rows] - logp[rows]
+    def kl(logp: torch.Tensor) -> float:          # logp: the rows' log-probs
+        x = ctx.stepped["ref_logp"][rows] - logp
         return float(masked_mean(x.exp() - x - 1, mask))
     # the KL term's own gradient: the loss with the reference minus without (A = 0 both), so an
     # entropy term or any other regularizer cancels out
     prep = Prepared(ctx.prep.mask, ctx.stepped["new_logp"], torch.zeros_like(ctx.prep.advantages))
     g = ctx.term_gradient(trained, rows, (prep, {"ref": ref}), (prep, {}))
-    before = kl(ctx.stepped["new_logp"])
+    before = kl(ctx.stepped["new_logp"][rows])
     moved = copy.deepcopy(trained)
     with torch.no_grad():                         # a small step, scale-free: KL_STEP of the weights' norm
         flat = torch.cat([p.flatten() for p in moved.parameters()])
@@ -93,7 +96,10 @@ def _kl_pull(ctx):
         for p in moved.parameters():
             p -= step[i:i + p.numel()].view_as(p)
             i += p.numel()
-    after = kl(ctx.adapter.log_probs(moved, ctx.batch))
+    if "rows" in inspect.signature(ctx.adapter.log_probs).parameters:
+        after = kl(ctx.adapter.log_probs(moved, ctx.batch, rows=rows))
+    else:
+        after = kl(ctx.adapter.log_probs(moved, ctx.batch)[rows])
     value = (before - after) / max(before, 1e-30)
     return value, value > ctx.t.kl_pull
 
@@ -148,3 +154,12 @@ def _consumed(ctx):
         value = max(value, float((mask != prep.mask[rows]).sum()), float((adv - prep.advantages[rows]).abs().max()),
                     float((old - prep.old_logp[rows]).abs()[on].max()) if on.any() else 0.0)
     return value, value < ctx.t.consumed      # NaN fails
+
+
+@register_invariant("rewards = the configured reward rule")
+def _rewards(ctx):
+    again = ctx.truth.rescored
+    if again is None:
+        return NotApplicable("the adapter's Truth has no `rescored` rewards (the configured reward rule applied again)")
+    value = float((ctx.truth.rewards.float() - again.float()).abs().max())
+    return value, value == 0

@@ -26,7 +26,8 @@ NAMES = ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before
          "old_logp frozen in the update", "update raises log pi where A > 0", "KL to reference > 0 after a step",
          "clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
          "advantages depend only on their own group", "every sampled token is trained on",
-         "each optimizer step sees only its own gradient", "the update consumes what prepare() returns"]
+         "each optimizer step sees only its own gradient", "the update consumes what prepare() returns",
+         "rewards = the configured reward rule"]
 # fault -> checks (1-based) that must fail; "entropy_sign" is invisible at step 0, as in the chapter.
 MUST_FAIL = {"mask_shift": {1, 2}, "sign_flip": {8}, "stale_old_logp": {7}, "accum_local": {6},
              "sampler_temp": {2, 3}, "ref_is_policy": {9}, "entropy_sign": set(),

@@ -32,7 +32,7 @@ def test_names_and_order_are_the_chapters_then_ours():
     assert BUILTIN[9:] == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
                            "advantages depend only on their own group", "every sampled token is trained on",
                            "each optimizer step sees only its own gradient",
-                           "the update consumes what prepare() returns"]
+                           "the update consumes what prepare() returns", "rewards = the configured reward rule"]
 
 
 @pytest.mark.parametrize("bug", [None, *CHAPTER_FAULTS])
@@ -109,12 +109,17 @@ NEW = {"clip stops the gradient outside 1 +- eps": ["clip_low_eps", "clip_max", 
        "advantages depend only on their own group": ["adv_batch_std", "adv_wrong_axis"],
        "every sampled token is trained on": ["stop_token_unowned", "last_token_unmasked"],
        "each optimizer step sees only its own gradient": ["no_zero_grad"],
-       "the update consumes what prepare() returns": ["adv_renorm_in_update", "stale_old_logp"]}
+       "the update consumes what prepare() returns": ["adv_renorm_in_update", "stale_old_logp"],
+       "rewards = the configured reward rule": ["unsubmitted_rewarded", "env_cfg_ignored"]}
 
 
 @pytest.mark.parametrize("check,bug", [(c, b) for c, bugs in NEW.items() for b in bugs])
 def test_each_new_invariant_fails_on_its_faults_and_passes_without(check, bug):
-    healthy, faulty = sanity_checks(make_adapter(seed=2))[check], sanity_checks(make_adapter(seed=2, bug=bug))[check]
+    """At the setting the fault needs (faults.NEEDS), healthy code at that same setting passes."""
+    from reference_trainer.faults import NEEDS
+    setting = {k: v for k, v in NEEDS.get(bug, {}).items() if k in ("reward", "max_turns", "temperature")}
+    healthy = sanity_checks(make_adapter(seed=2, **setting))[check]
+    faulty = sanity_checks(make_adapter(seed=2, bug=bug, **setting))[check]
     assert healthy.passed and not healthy.na and not faulty.passed, (healthy, faulty)
 
 
@@ -132,13 +137,14 @@ def test_the_new_checks_say_when_they_do_not_apply():
 
     def without_draws():
         batch, truth = probe()
-        truth.drawn = None
+        truth.drawn = truth.rescored = None
         return batch, truth
     adapter.probe_batch = without_draws
     update = adapter.update
     adapter.update = lambda model, batch, ref: update(model, batch, ref)    # takes no `observe`
     res = sanity_checks(adapter)
     no_counts, unseen = res["every sampled token is trained on"], res["the update consumes what prepare() returns"]
+    assert res["rewards = the configured reward rule"].na.startswith("the adapter's Truth has no `rescored`")
     assert no_counts.passed and "no `drawn` counts" in no_counts.na
     assert unseen.passed and "takes no `observe`" in unseen.na
 

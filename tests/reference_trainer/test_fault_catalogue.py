@@ -20,7 +20,7 @@ from reference_trainer.tasks import make_tasks
 from reference_trainer.train import train
 from rlbisect.metrics import comparable
 
-TRAIN_KNOBS = {"temperature", "kl_coef", "loss_mode", "microbatches", "max_turns"}
+TRAIN_KNOBS = {"temperature", "kl_coef", "loss_mode", "microbatches", "max_turns", "reward"}
 SURROGATE_ONLY = {"clip_low_eps", "clip_max"}          # need ratios outside the clip range
 # Bites at the defaults only when a truncated episode's last code passes the public tests, which 32
 # episodes rarely show; a 2-turn budget truncates most of them.
@@ -30,7 +30,7 @@ SMALL_RUN_SETTING = {"unsubmitted_rewarded": {"max_turns": 2}}
 def small_config(**needs) -> RLConfig:
     sampler = {"tasks_per_step": 2, **{k: v for k, v in needs.items() if k == "temperature"}}
     update = {k: v for k, v in needs.items() if k in ("kl_coef", "loss_mode", "microbatches")}
-    env = {k: v for k, v in needs.items() if k == "max_turns"}
+    env = {k: v for k, v in needs.items() if k in ("max_turns", "reward")}
     return RLConfig(sampler=SamplerConfig(**sampler), update=UpdateConfig(**update), env=EnvConfig(**env),
                     eval_episodes=1)
 
