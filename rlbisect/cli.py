@@ -141,6 +141,7 @@ def check_cmd(
     runs: bool = typer.Option(False, "--runs", help="also the run-level checks: short training runs (same seed, same "
                               "rows; evaluation leaves training alone)"),
     plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
+    thresholds: str = typer.Option(None, "--thresholds", help="fp32 (default), bf16, or a JSON file of limits"),
 ) -> None:
     """Run the step-0 invariants on one probe batch through the trainer's own code.
 
@@ -153,11 +154,14 @@ def check_cmd(
     from rlbisect.check import DEFAULT_ADAPTER, check_matrix, check_seeds, load_adapter
     from rlbisect.check.adapter import parse_adapter_opts
     from rlbisect.check.invariants import as_json as to_json
+    from rlbisect.check.thresholds import Thresholds
+    from rlbisect.quiet import stdout_to_stderr
     from rlbisect.tinyagent import first_use_note
     if plot and not matrix:
         raise InputError("--plot draws the matrix: add --matrix")
     plot_out, spec = output_path(plot, "--plot"), adapter or DEFAULT_ADAPTER
     seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt)
+    limits = Thresholds.named(thresholds)
 
     if spec == DEFAULT_ADAPTER and (note := first_use_note()):
         typer.echo(note, err=True)
@@ -165,15 +169,17 @@ def check_cmd(
     def make(fault, probe_seed):
         return load_adapter(spec, episodes=episodes, seed=probe_seed, kl_coef=kl_coef, bug=fault, **opts)
     if matrix:
-        table = {row: to_json(r) for row, r in check_matrix(
-            make, seeds, on_row=None if as_json else _print_matrix_row, runs=runs).items()}
+        with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
+            table = {row: to_json(r) for row, r in check_matrix(
+                make, seeds, limits, on_row=None if as_json else _print_matrix_row, runs=runs).items()}
         if plot_out:
             from rlbisect.plots import matrix_heatmap
             matrix_heatmap(table, plot_out)
         if as_json:
             typer.echo(json.dumps(table, indent=2))
         raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
-    results = check_seeds(lambda probe_seed: make(bug, probe_seed), seeds, runs=runs)
+    with stdout_to_stderr(as_json):
+        results = check_seeds(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs=runs)
     if as_json:
         typer.echo(json.dumps(to_json(results), indent=2))
     else:
@@ -181,6 +187,8 @@ def check_cmd(
             at = f"  (probe seed {r.seed})" if len(seeds) > 1 and not r.passed else ""
             if r.na:
                 typer.echo(f"{r.name:<42} {'n/a':>10}  ({r.na})")
+            elif r.by_design:
+                typer.echo(f"{r.name:<42} {r.value:10.3g}  by design: {r.by_design}")
             else:
                 typer.echo(f"{r.name:<42} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}{at}")
         failed = [r.name for r in results.values() if not r.passed]
@@ -189,7 +197,8 @@ def check_cmd(
 
 
 def _print_matrix_row(fault, results) -> None:
-    cells = " ".join(f"{'n/a' if r.na else 'ok' if r.passed else 'FAIL':>4}" for r in results.values())
+    cells = " ".join(f"{'n/a' if r.na else 'bd' if r.by_design else 'ok' if r.passed else 'FAIL':>4}"
+                     for r in results.values())
     typer.echo(f"{fault or 'none':<15} {cells}")
 
 
