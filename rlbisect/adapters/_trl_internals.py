@@ -146,6 +146,7 @@ def one_window(trainer, accumulation: int, beta: float, seen: list) -> Iterator[
         return out
 
     spg = trainer.args.steps_per_generation
+    unwrapped(trainer).train()        # `_compute_loss` normalizes and logs by the trainer's mode
     try:
         trainer.args.steps_per_generation = accumulation
         with patched(trainer, current_gradient_accumulation_steps=accumulation, beta=beta,
@@ -206,3 +207,18 @@ def steps_per_batch(trainer) -> int:
 
 def one_step_per_batch(trainer) -> bool:
     return trainer.args.gradient_accumulation_steps % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
+
+
+def ratio_stats(seen: list) -> dict:
+    """ratio_max/min and approx_kl = mean over micro-steps of ((r - 1) - log r) on trained tokens,
+    from the log-probs each `_compute_loss` formed and the old ones it was given (none: TRL's
+    fallback, the current ones, ratio 1)."""
+    hi, lo, kls = 1.0, 1.0, []
+    for logp, old, mask in seen:
+        log_r = (logp - (logp if old is None else old)) * mask
+        r = log_r.exp()
+        on = mask > 0
+        if on.any():
+            hi, lo = max(hi, float(r[on].max())), min(lo, float(r[on].min()))
+            kls.append(float((((r - 1) - log_r) * mask).sum() / mask.sum()))
+    return {"ratio_max": hi, "ratio_min": lo, "approx_kl": sum(kls) / len(kls) if kls else 0.0}

@@ -154,7 +154,7 @@ class GRPOAdapter:
             for part in torch.tensor_split(torch.arange(len(rows)), ga):
                 micro = {k: (v[part] if v.ndim > 0 else v) for k, v in inputs.items()}
                 total += float(trl_.training_step(self.trainer, model, micro))
-        return {"loss": total, **_ratio_stats(seen)}
+        return {"loss": total, **trl_.ratio_stats(seen)}
 
     def update(self, model, batch, ref):
         """One generation batch of TRL training: shuffled and split as `_prepare_inputs` does,
@@ -176,7 +176,7 @@ class GRPOAdapter:
                         norms.append(trl_.clip_and_step(tr, model, opt))
             if micro % args.gradient_accumulation_steps:
                 norms.append(trl_.clip_and_step(tr, model, opt))
-        return {**_ratio_stats(seen), "grad_norm": norms[0] if norms else float("nan"),
+        return {**trl_.ratio_stats(seen), "grad_norm": norms[0] if norms else float("nan"),
                 "optimizer_steps": len(norms)}
 
     def make_ref(self, model):
@@ -197,25 +197,20 @@ class GRPOAdapter:
                 inp[key] = torch.cat([x, x.new_full((x.shape[0], extra), value)], 1)
         return {**batch, "inputs": inp, "_current_logp": {}}
 
+    def replay(self, snap, bug=None):
+        """Re-run a step `rlbisect.integrations.transformers.SnapshotCallback` saved from this
+        trainer (`rlbisect replay STEP.pt --adapter SPEC`); the fault, if any, is this adapter's."""
+        from rlbisect.integrations.transformers import replay_step
+        replayed = replay_step(self.trainer, self.policy(), snap)
+        recorded = snap.config.get("loss_type")
+        if recorded not in (None, self.loss_type):
+            replayed.notes.append(f"recorded with loss_type {recorded}, replayed with {self.loss_type}")
+        return replayed
+
     def with_rewards(self, batch, rewards):
         """The same completions scored with other rewards, advantages by TRL's own code."""
         out = trl_.rescore(self.trainer, batch["raw"], batch["generated"], rewards)
         return {**batch, "inputs": out, "_current_logp": {}}
-
-
-def _ratio_stats(seen: list) -> dict:
-    """ratio_max/min and approx_kl = mean over micro-steps of ((r - 1) - log r) on trained tokens,
-    from the log-probs each `_compute_loss` formed and the old ones it was given (none: TRL's
-    fallback, the current ones, ratio 1)."""
-    hi, lo, kls = 1.0, 1.0, []
-    for logp, old, mask in seen:
-        log_r = (logp - (logp if old is None else old)) * mask
-        r = log_r.exp()
-        on = mask > 0
-        if on.any():
-            hi, lo = max(hi, float(r[on].max())), min(lo, float(r[on].min()))
-            kls.append(float((((r - 1) - log_r) * mask).sum() / mask.sum()))
-    return {"ratio_max": hi, "ratio_min": lo, "approx_kl": sum(kls) / len(kls) if kls else 0.0}
 
 
 def demo(episodes: int = 32, seed: int = 1, kl_coef: float = 0.1, bug: Optional[str] = None, **settings):
