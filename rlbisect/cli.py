@@ -241,6 +241,9 @@ def replay_cmd(
     tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic: X * (1 + |recorded|); 0 = bit-exact"),
     timeout: float = typer.Option(None, "--timeout", min=0.001, help="seconds allowed for a replay with --at"),
     as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON"),
+    adapter: str = typer.Option(None, "--adapter", help="replay with this adapter's replay() (MODULE:FACTORY or "
+                                "FILE.py:FACTORY): snapshots of trainers other than TinyAgent"),
+    adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="KEY=VALUE for the adapter's factory, repeatable"),
 ) -> None:
     """Re-run the update saved in a snapshot; print recorded vs replayed for every statistic the
     update produces (moved ones first, biggest first) and the post-update parameter difference.
@@ -252,9 +255,19 @@ def replay_cmd(
     """
     from rlbisect.steps.at import replay
     from rlbisect.steps.replay import render_report, report_json
-    report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout)
+    replayer = _adapter_replayer(adapter, adapter_opt, bug) if adapter else None
+    report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout, replayer=replayer)
     typer.echo(json.dumps(report_json(report), indent=2) if as_json else render_report(report))
     raise typer.Exit(report.exit_code)
+
+
+def _adapter_replayer(spec: str, pairs: list[str] | None, bug: str | None):
+    """The replay code the command line names: never one read out of the snapshot."""
+    from rlbisect.check.adapter import AdapterError, load_adapter, parse_adapter_opts
+    adapter = load_adapter(spec, bug=None if bug in (None, "none") else bug, **parse_adapter_opts(pairs))
+    if not callable(getattr(adapter, "replay", None)):
+        raise AdapterError(f"{spec} returned an adapter without replay(snap, bug)")
+    return adapter.replay
 
 
 @command("promote")

@@ -1,0 +1,76 @@
+"""The TrainerCallback on a real TRL run: quiet when healthy, saves the step a detector fires on,
+and `rlbisect replay --adapter` replays a saved step bit for bit (and reports a changed update)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+from rlbisect.steps.format import load_snapshot  # noqa: E402
+from rlbisect.steps.replay import judge  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _train(folder: Path, bug=None, steps: int = 8, every=None, **opts):
+    from rlbisect.adapters.trl_demo import build_trainer, inject
+    from rlbisect.integrations.transformers import SnapshotCallback
+    trainer = build_trainer(**opts)
+    inject(trainer, bug)
+    trainer.args.max_steps = steps
+    callback = SnapshotCallback(trainer, folder, every=every)
+    trainer.add_callback(callback)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        trainer.train()
+    return callback
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_a_healthy_run_saves_nothing(tmp_path, num_iterations):
+    callback = _train(tmp_path, num_iterations=num_iterations)
+    assert callback.hits == [] and callback.hook.saved == []
+
+
+@pytest.mark.parametrize("bug,num_iterations,detector,step", [
+    ("old_logp_absent", 2, "stuck:no_clipping", 3),      # ratio exactly 1, no clipping, 4 steps running
+    ("ref_is_policy", 1, "stuck:kl_ref_zero", 1),        # kl exactly 0 with a KL term on
+])
+def test_a_detector_fires_and_the_step_is_saved(tmp_path, bug, num_iterations, detector, step):
+    callback = _train(tmp_path, bug=bug, num_iterations=num_iterations)
+    assert [(h.detector, h.step) for h in callback.hits][:1] == [(detector, step)]
+    snap = load_snapshot(callback.hook.saved[0])
+    assert snap.step == step and snap.hits[0].detector == detector
+    assert {"loss", "grad_norm", "kl_ref", "clip_frac", "ratio_max", "approx_kl", "entropy"} <= set(snap.stats)
+    # replayed in process on the same code: bit for bit
+    from rlbisect.adapters.trl import demo
+    with contextlib.redirect_stdout(io.StringIO()):
+        report = judge(snap, demo(num_iterations=num_iterations).replay(snap))
+    assert report.identical, report.moved
+
+
+def test_rlbisect_replay_with_an_adapter_same_code_and_changed_code(tmp_path):
+    callback = _train(tmp_path, steps=3, every=2, num_iterations=2)
+    saved = [p.name for p in callback.hook.saved]
+    assert saved == ["step-000000.pt", "step-000002.pt"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def replay(*extra):
+        return subprocess.run([sys.executable, "-m", "rlbisect", "replay", str(callback.hook.saved[-1]),
+                               "--adapter", "rlbisect.adapters.trl:demo", "--adapter-opt", "num_iterations=2",
+                               *extra], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    same = replay()
+    assert same.returncode == 0, same.stdout + same.stderr[-2000:]
+    assert "IDENTICAL" in same.stdout and "approx_kl" in same.stdout
+    changed = replay("--bug", "accum_unscaled")      # the loss no longer divided by the accumulation steps
+    assert changed.returncode == 1, changed.stdout + changed.stderr[-2000:]
+    assert "DIFFERS" in changed.stdout and "grad_norm" in changed.stdout and "parameters differ" in changed.stdout
