@@ -255,19 +255,11 @@ def replay_cmd(
     """
     from rlbisect.steps.at import replay
     from rlbisect.steps.replay import render_report, report_json
-    replayer = _adapter_replayer(adapter, adapter_opt, bug) if adapter else None
+    from rlbisect.steps.at import adapter_replayer
+    replayer = adapter_replayer(adapter, adapter_opt, bug) if adapter else None
     report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout, replayer=replayer)
     typer.echo(json.dumps(report_json(report), indent=2) if as_json else render_report(report))
     raise typer.Exit(report.exit_code)
-
-
-def _adapter_replayer(spec: str, pairs: list[str] | None, bug: str | None):
-    """The replay code the command line names: never one read out of the snapshot."""
-    from rlbisect.check.adapter import AdapterError, load_adapter, parse_adapter_opts
-    adapter = load_adapter(spec, bug=None if bug in (None, "none") else bug, **parse_adapter_opts(pairs))
-    if not callable(getattr(adapter, "replay", None)):
-        raise AdapterError(f"{spec} returned an adapter without replay(snap, bug)")
-    return adapter.replay
 
 
 @command("promote")
@@ -278,6 +270,8 @@ def promote_cmd(
     invariant: list[str] = typer.Option(None, "--invariant", help="assert this invariant instead of the report's (repeatable)"),
     tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic in the test; 0 = bit-exact"),
     force: bool = typer.Option(False, "--force", help="overwrite existing files"),
+    adapter: str = typer.Option(None, "--adapter", help="the adapter whose replay() the test uses (non-TinyAgent snapshots)"),
+    adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="KEY=VALUE for the adapter's factory, repeatable"),
 ) -> None:
     """Write a pytest file (plus the snapshot it needs) that replays the step and asserts its recorded
     update statistics; with --report, also the invariants that caught the regression.
@@ -287,7 +281,9 @@ def promote_cmd(
     Example: rlbisect promote snapshots/step-000005.pt --to tests/regressions --report bisect.json
     """
     from rlbisect.steps.promote import promote
-    done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None)
+    from rlbisect.check.adapter import parse_adapter_opts
+    done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None,
+                   adapter=adapter, adapter_opts=parse_adapter_opts(adapter_opt))
     for line in [*done.notes, f"wrote {done.test}", f"wrote {done.snapshot}"]:
         typer.echo(line)
 

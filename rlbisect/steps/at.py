@@ -148,6 +148,15 @@ def replay(path: str | os.PathLike, *, bug: str | None = None, at: str | None = 
     return report
 
 
+def adapter_replayer(spec: str, pairs: list[str] | None, bug: str | None):
+    """The replay code the command line names: never one read out of the snapshot."""
+    from rlbisect.check.adapter import AdapterError, load_adapter, parse_adapter_opts
+    adapter = load_adapter(spec, bug=None if bug in (None, "none") else bug, **parse_adapter_opts(pairs))
+    if not callable(getattr(adapter, "replay", None)):
+        raise AdapterError(f"{spec} returned an adapter without replay(snap, bug)")
+    return adapter.replay
+
+
 # -- the worker -----------------------------------------------------------------------------
 
 def _emit(code: int, **payload) -> int:

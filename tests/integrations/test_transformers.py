@@ -74,3 +74,17 @@ def test_rlbisect_replay_with_an_adapter_same_code_and_changed_code(tmp_path):
     changed = replay("--bug", "accum_unscaled")      # the loss no longer divided by the accumulation steps
     assert changed.returncode == 1, changed.stdout + changed.stderr[-2000:]
     assert "DIFFERS" in changed.stdout and "grad_norm" in changed.stdout and "parameters differ" in changed.stdout
+
+
+def test_promote_with_an_adapter_writes_a_test_that_passes(tmp_path):
+    from rlbisect.steps.promote import promote
+    callback = _train(tmp_path / "snaps", steps=2, every=1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        done = promote(callback.hook.saved[-1], tmp_path / "regress", adapter="rlbisect.adapters.trl:demo",
+                       adapter_opts={"num_iterations": 1})
+    text = done.test.read_text()
+    assert 'ADAPTER = "rlbisect.adapters.trl:demo"' in text
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(done.test)],
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-2000:]
