@@ -47,7 +47,7 @@ class Window:
 
     micro: list[dict] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
-    seen: list = field(default_factory=list)              # (logps, old or None, mask) per loss call
+    seen: list = field(default_factory=list)              # (logps, old or None, mask, sampler or None) per loss
     grad_norm: float | None = None
     metrics_at: dict[str, int] = field(default_factory=dict)
 
@@ -95,12 +95,49 @@ def watching(trainer, window: Window, replaying: bool = False) -> Iterator[None]
             if "inputs" in current and out[0].requires_grad:
                 from rlbisect.adapters._trl_internals import loss_mask
                 inp = current.pop("inputs")
-                window.seen.append((out[0].detach(), inp.get("old_per_token_logps"), loss_mask(inp)))
+                window.seen.append((out[0].detach(), inp.get("old_per_token_logps"), loss_mask(inp),
+                                    inp.get(SAMPLER_KEY)))
             return out
         extra = {"_compute_loss": observed_compute, "_get_per_token_logps_and_entropies": observed_logps}
+        if not replaying:
+            extra["_generate_and_score_completions"] = _with_sampler_logps(trainer)
     with patched(trainer, _prepare_inputs=recording_prepare, training_step=recording_step,
                  _clip_grad_norm=recording_clip, **extra):
         yield
+
+
+SAMPLER_KEY = "rlbisect_sampler_logp"   # rides in TRL's batch dict: shuffled and split with its rows
+
+
+def _with_sampler_logps(trainer):
+    """TRL's scoring with the sampler's log-probs recorded (HF generate's processed scores) and
+    added to the batch it returns, so each micro-batch carries its own rows' sampler log-probs."""
+    from rlbisect.adapters._trl_internals import recording_generation
+    score = trainer._generate_and_score_completions
+
+    def scoring(inputs):
+        record: dict = {}
+        with recording_generation(trainer, record):
+            out = score(inputs)
+        if "sampler" in record:
+            logp, C = record["sampler"][1], out["completion_ids"].shape[1]
+            out[SAMPLER_KEY] = logp[:, :C] if logp.shape[1] >= C else \
+                torch.cat([logp, logp.new_zeros(logp.shape[0], C - logp.shape[1])], 1)
+        return out
+    return scoring
+
+
+def _gap_stats(seen: list) -> dict[str, float]:
+    """logp_gap (mean |sampler - trainer| on trained tokens, averaged over micro-steps) and its max,
+    against the log-probs the trainer treats as the sampling policy's: its old ones, else the current."""
+    gaps, top = [], 0.0
+    for logp, old, mask, sampler in seen:
+        if sampler is None or not (mask > 0).any():
+            continue
+        diff = ((logp if old is None else old) - sampler).abs()[mask > 0]
+        gaps.append(float(diff.mean()))
+        top = max(top, float(diff.max()))
+    return {"logp_gap": statistics.fmean(gaps), "logp_gap_max": top} if gaps else {}
 
 
 def _metric_lists(trainer) -> dict[str, list]:
@@ -119,7 +156,8 @@ def step_stats(trainer, window: Window) -> dict[str, float]:
             stats[name] = statistics.fmean(new)
     if window.seen:
         from rlbisect.adapters._trl_internals import ratio_stats
-        stats.update(ratio_stats(window.seen))
+        stats.update(ratio_stats([entry[:3] for entry in window.seen]))
+        stats.update(_gap_stats(window.seen))
     return stats
 
 

@@ -36,21 +36,29 @@ def _train(folder: Path, bug=None, steps: int = 8, every=None, **opts):
 
 
 @pytest.mark.parametrize("num_iterations", [1, 2])
-def test_a_healthy_run_saves_nothing(tmp_path, num_iterations):
-    callback = _train(tmp_path, num_iterations=num_iterations)
-    assert callback.hits == [] and callback.hook.saved == []
+def test_a_healthy_run_fires_nothing(tmp_path, num_iterations):
+    callback = _train(tmp_path, num_iterations=num_iterations, every=4)
+    assert callback.hits == [] and [p.name for p in callback.hook.saved] == ["step-000000.pt", "step-000004.pt"]
+    stats = load_snapshot(callback.hook.saved[-1]).stats
+    assert 0 < stats["logp_gap"] < 1e-6 and stats["logp_gap_max"] < 1e-5     # float noise, measured
 
 
 @pytest.mark.parametrize("bug,num_iterations,detector,step", [
-    ("old_logp_absent", 2, "stuck:no_clipping", 3),      # ratio exactly 1, no clipping, 4 steps running
+    # the second optimizer step on a batch uses current log-probs as old ones: they left the
+    # sampler's (logp_gap, step 1); then the ratio stays exactly 1 (no clipping, 4 steps running)
+    ("old_logp_absent", 2, "ceiling:logp_gap", 1),
     ("ref_is_policy", 1, "stuck:kl_ref_zero", 1),        # kl exactly 0 with a KL term on
+    ("mask_shift", 1, "ceiling:logp_gap", 0),            # sampler and trainer disagree from step 0
+    ("sampler_temp", 2, "ceiling:logp_gap", 0),
 ])
 def test_a_detector_fires_and_the_step_is_saved(tmp_path, bug, num_iterations, detector, step):
     callback = _train(tmp_path, bug=bug, num_iterations=num_iterations)
     assert [(h.detector, h.step) for h in callback.hits][:1] == [(detector, step)]
+    if bug == "old_logp_absent":
+        assert ("stuck:no_clipping", 3) in [(h.detector, h.step) for h in callback.hits]
     snap = load_snapshot(callback.hook.saved[0])
     assert snap.step == step and snap.hits[0].detector == detector
-    assert {"loss", "grad_norm", "kl_ref", "clip_frac", "ratio_max", "approx_kl", "entropy"} <= set(snap.stats)
+    assert {"loss", "grad_norm", "kl_ref", "clip_frac", "ratio_max", "approx_kl", "entropy", "logp_gap"} <= set(snap.stats)
     # replayed in process on the same code: bit for bit
     from rlbisect.adapters.trl import demo
     with contextlib.redirect_stdout(io.StringIO()):
