@@ -21,6 +21,7 @@ code (`trl_demo.py`); `--adapter-opt loss_type=dapo`, `num_iterations=2`, `bf16=
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Optional
 
 import torch
@@ -111,13 +112,18 @@ class GRPOAdapter:
         inp = batch["inputs"]
         old = inp.get("old_per_token_logps")
         if old is None:       # one step per batch: _compute_loss uses the current log-probs, detached
-            old = batch.setdefault("_current_logp", {}).get(id(model))
-            if old is None:
-                old = batch["_current_logp"][id(model)] = self.log_probs(model, batch)
+            old = self.log_probs(model, batch)
         return Prepared(trl_.loss_mask(inp), old, inp["advantages"].float())
 
     def log_probs(self, model, batch):
-        return trl_.per_token_logps(self.trainer, model, batch["inputs"])
+        """Remembered per batch and weights: the key holds each parameter's in-place version
+        counter, so weights changed in place (an optimizer step) are never served stale."""
+        key = (id(model), tuple(p._version for p in model.parameters()))
+        cache, owners = batch.setdefault("_current_logp", {}), batch.setdefault("_owners", {})
+        if key not in cache or owners.get(key, lambda: None)() is not model:   # an id reused after gc
+            cache[key] = trl_.per_token_logps(self.trainer, model, batch["inputs"])
+            owners[key] = weakref.ref(model)
+        return cache[key]
 
     def _rows(self, batch, rows, prep: Prepared, ref=None) -> dict:
         """The TRL micro-batch of `rows`, with `prep`'s mask, old log-probs and advantages."""
@@ -195,7 +201,11 @@ class GRPOAdapter:
             if key in inp:
                 x = inp[key]
                 inp[key] = torch.cat([x, x.new_full((x.shape[0], extra), value)], 1)
-        return {**batch, "inputs": inp, "_current_logp": {}}
+        # one step per batch: TRL's loss forms its own old log-probs (the current ones, detached) and
+        # never reads ours, so the padded copy of the cached ones stands in for the identity test
+        current = {k: torch.cat([v, v.new_zeros(v.shape[0], extra)], 1)
+                   for k, v in batch.get("_current_logp", {}).items()}
+        return {**batch, "inputs": inp, "_current_logp": current, "_owners": dict(batch.get("_owners", {}))}
 
     def replay(self, snap, bug=None):
         """Re-run a step `rlbisect.integrations.transformers.SnapshotCallback` saved from this
@@ -210,7 +220,7 @@ class GRPOAdapter:
     def with_rewards(self, batch, rewards):
         """The same completions scored with other rewards, advantages by TRL's own code."""
         out = trl_.rescore(self.trainer, batch["raw"], batch["generated"], rewards)
-        return {**batch, "inputs": out, "_current_logp": {}}
+        return {**batch, "inputs": out, "_current_logp": {}, "_owners": {}}
 
 
 def demo(episodes: int = 32, seed: int = 1, kl_coef: float = 0.1, bug: Optional[str] = None, **settings):
