@@ -213,7 +213,7 @@ def _kl_ref(ctx):
     ref_logp = ctx.stepped["ref_logp"]
     if ref_logp is None:
         return NotApplicable("no reference model: the trainer uses no KL term")
-    x = ref_logp - ctx.stepped["new_logp"]
+    x = (ref_logp - ctx.stepped["new_logp"]).double()     # exp(x) - x - 1 cancels in float32 for small steps
     value = float(masked_mean(x.exp() - x - 1, ctx.truth.owned))
     return value, value > ctx.t.kl_ref
 

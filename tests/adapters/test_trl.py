@@ -129,3 +129,14 @@ def test_cli_json_stays_json_when_the_trainer_prints(tmp_path):
     table = json.loads(done.stdout)
     assert table["old_logp frozen in the update"]["passed"] and "na" not in table["old_logp frozen in the update"]
     assert "trainer says hi" in done.stderr and "raw fd write" in done.stderr
+
+
+def test_trls_default_learning_rate_gives_no_false_alarm_and_still_catches():
+    """At lr 1e-6 (GRPOConfig's default) one step moves log-probs by ~1e-6: the KL checks computed
+    exp(x) - x - 1 in float32 (0 after cancellation) and stepped past the reference (check 11);
+    both were false alarms on unmodified TRL until fixed."""
+    healthy = _run(lr=1e-6)
+    assert all(r.passed for r in healthy.values()), {r.name: r.value for r in healthy.values() if not r.passed}
+    assert _check(healthy, 9).value > 0 and _check(healthy, 11).value > 0
+    faulty = _run(lr=1e-6, bug="ref_is_policy")
+    assert not _check(faulty, 9).passed and not _check(faulty, 11).passed
