@@ -140,3 +140,22 @@ def test_trls_default_learning_rate_gives_no_false_alarm_and_still_catches():
     assert _check(healthy, 9).value > 0 and _check(healthy, 11).value > 0
     faulty = _run(lr=1e-6, bug="ref_is_policy")
     assert not _check(faulty, 9).passed and not _check(faulty, 11).passed
+
+
+def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
+    """--matrix builds one adapter per fault row from one import of the file: a module-level
+    monkeypatch in an adapter file is applied once, not stacked per row."""
+    log = tmp_path / "imports.log"
+    (tmp_path / "counted.py").write_text(
+        f"open({str(log)!r}, 'a').write('imported\\n')\nprint('module-level print')\n"
+        "from rlbisect.adapters.trl import demo\n"
+        "def make(**kw):\n    return demo(**kw)\n")
+    done = subprocess.run([sys.executable, "-m", "rlbisect", "check", "--adapter", f"{tmp_path}/counted.py:make",
+                           "--matrix", "--json"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = json.loads(done.stdout)
+    assert list(table) == ["none", "mask_shift", "adv_sign", "old_logp_absent", "old_logp_detached",
+                           "ref_is_policy", "accum_unscaled", "sampler_temp"]
+    assert log.read_text() == "imported\n"
+    assert not table["adv_sign"]["update raises log pi where A > 0"]["passed"]
