@@ -32,6 +32,7 @@ from rlbisect.check.capabilities import Capabilities
 
 # TRL's loss types whose objective is PPO's clipped surrogate (check 10 applies to these)
 PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
+OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
 BY_DESIGN = {
     "bnpo": {"accumulated = one-pass gradient":
              "bnpo normalizes each microbatch by its own token count (TRL's documented choice), so "
@@ -68,6 +69,9 @@ class GRPOAdapter:
         else:
             sampler_logp = True
         self.loss_type = trainer.loss_type
+        if self.loss_type not in PPO_CLIP | OTHER_OBJECTIVES:
+            raise ValueError(f"loss_type {self.loss_type!r} is not one this adapter was tested on "
+                             f"({', '.join(sorted(PPO_CLIP | OTHER_OBJECTIVES))})")
         self.objective = "ppo-clip" if self.loss_type in PPO_CLIP else self.loss_type
         self.capabilities = Capabilities(sampler_logp=sampler_logp,
                                          one_step_per_batch=trl_.one_step_per_batch(trainer),
