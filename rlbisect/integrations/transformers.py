@@ -49,6 +49,7 @@ class Window:
     losses: list[float] = field(default_factory=list)
     seen: list = field(default_factory=list)              # (logps, old or None, mask, sampler or None) per loss
     grad_norm: float | None = None
+    num_items: float | None = None                        # HF's num_items_in_batch for the window
     metrics_at: dict[str, int] = field(default_factory=dict)
 
 
@@ -72,6 +73,8 @@ def watching(trainer, window: Window, replaying: bool = False) -> Iterator[None]
         return out
 
     def recording_step(model, inputs, num_items_in_batch=None):
+        if num_items_in_batch is not None:     # a loss normalized over the whole window (HF Trainer)
+            window.num_items = float(num_items_in_batch)
         loss = step(model, inputs, num_items_in_batch)
         window.losses.append(float(loss))
         return loss
@@ -210,6 +213,7 @@ class SnapshotCallback(TrainerCallback):
         w = self._window
         if w is not None and model is not None:
             self.hook.meta["accumulation"] = len(w.micro)
+            self.hook.meta["num_items_in_batch"] = w.num_items
             self.hook.before_update(state.global_step, model, optimizer, _flatten(w.micro))
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -243,11 +247,13 @@ def replay_step(trainer, model: torch.nn.Module, snap) -> Replayed:
         raise ReplayError(f"the snapshot's state does not fit this trainer: {e}".splitlines()[0]) from None
     window = Window(metrics_at={k: len(v) for k, v in _metric_lists(trainer).items()})
     accumulation = int(snap.meta.get("accumulation", len(micro)))
+    items = snap.meta.get("num_items_in_batch")
+    num_items = None if items is None else torch.tensor(int(items) if float(items).is_integer() else items)
     step = getattr(trainer, "_step", None)
     try:
         with patched(trainer, current_gradient_accumulation_steps=accumulation), watching(trainer, window, True):
             for inputs in micro:
-                trainer.training_step(model, inputs, None)
+                trainer.training_step(model, inputs, num_items)
             if trainer.args.max_grad_norm and trainer.args.max_grad_norm > 0:
                 trainer._clip_grad_norm(model)
             opt.step()
