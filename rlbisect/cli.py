@@ -141,6 +141,7 @@ def check_cmd(
     runs: bool = typer.Option(False, "--runs", help="also the run-level checks: short training runs (same seed, same "
                               "rows; evaluation leaves training alone)"),
     plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
+    thresholds: str = typer.Option(None, "--thresholds", help="fp32 (default), bf16, or a JSON file of limits"),
 ) -> None:
     """Run the step-0 invariants on one probe batch through the trainer's own code.
 
@@ -153,11 +154,14 @@ def check_cmd(
     from rlbisect.check import DEFAULT_ADAPTER, check_matrix, check_seeds, load_adapter
     from rlbisect.check.adapter import parse_adapter_opts
     from rlbisect.check.invariants import as_json as to_json
+    from rlbisect.check.thresholds import Thresholds
+    from rlbisect.quiet import stdout_to_stderr
     from rlbisect.tinyagent import first_use_note
     if plot and not matrix:
         raise InputError("--plot draws the matrix: add --matrix")
     plot_out, spec = output_path(plot, "--plot"), adapter or DEFAULT_ADAPTER
     seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt)
+    limits = Thresholds.named(thresholds)
 
     if spec == DEFAULT_ADAPTER and (note := first_use_note()):
         typer.echo(note, err=True)
@@ -165,15 +169,17 @@ def check_cmd(
     def make(fault, probe_seed):
         return load_adapter(spec, episodes=episodes, seed=probe_seed, kl_coef=kl_coef, bug=fault, **opts)
     if matrix:
-        table = {row: to_json(r) for row, r in check_matrix(
-            make, seeds, on_row=None if as_json else _print_matrix_row, runs=runs).items()}
+        with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
+            table = {row: to_json(r) for row, r in check_matrix(
+                make, seeds, limits, on_row=None if as_json else _print_matrix_row, runs=runs).items()}
         if plot_out:
             from rlbisect.plots import matrix_heatmap
             matrix_heatmap(table, plot_out)
         if as_json:
             typer.echo(json.dumps(table, indent=2))
         raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
-    results = check_seeds(lambda probe_seed: make(bug, probe_seed), seeds, runs=runs)
+    with stdout_to_stderr(as_json):
+        results = check_seeds(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs=runs)
     if as_json:
         typer.echo(json.dumps(to_json(results), indent=2))
     else:
@@ -181,6 +187,8 @@ def check_cmd(
             at = f"  (probe seed {r.seed})" if len(seeds) > 1 and not r.passed else ""
             if r.na:
                 typer.echo(f"{r.name:<42} {'n/a':>10}  ({r.na})")
+            elif r.by_design:
+                typer.echo(f"{r.name:<42} {r.value:10.3g}  by design: {r.by_design}")
             else:
                 typer.echo(f"{r.name:<42} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}{at}")
         failed = [r.name for r in results.values() if not r.passed]
@@ -189,7 +197,8 @@ def check_cmd(
 
 
 def _print_matrix_row(fault, results) -> None:
-    cells = " ".join(f"{'n/a' if r.na else 'ok' if r.passed else 'FAIL':>4}" for r in results.values())
+    cells = " ".join(f"{'n/a' if r.na else 'bd' if r.by_design else 'ok' if r.passed else 'FAIL':>4}"
+                     for r in results.values())
     typer.echo(f"{fault or 'none':<15} {cells}")
 
 
@@ -232,6 +241,9 @@ def replay_cmd(
     tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic: X * (1 + |recorded|); 0 = bit-exact"),
     timeout: float = typer.Option(None, "--timeout", min=0.001, help="seconds allowed for a replay with --at"),
     as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON"),
+    adapter: str = typer.Option(None, "--adapter", help="replay with this adapter's replay() (MODULE:FACTORY or "
+                                "FILE.py:FACTORY): snapshots of trainers other than TinyAgent"),
+    adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="KEY=VALUE for the adapter's factory, repeatable"),
 ) -> None:
     """Re-run the update saved in a snapshot; print recorded vs replayed for every statistic the
     update produces (moved ones first, biggest first) and the post-update parameter difference.
@@ -243,7 +255,9 @@ def replay_cmd(
     """
     from rlbisect.steps.at import replay
     from rlbisect.steps.replay import render_report, report_json
-    report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout)
+    from rlbisect.steps.at import adapter_replayer
+    replayer = adapter_replayer(adapter, adapter_opt, bug) if adapter else None
+    report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout, replayer=replayer)
     typer.echo(json.dumps(report_json(report), indent=2) if as_json else render_report(report))
     raise typer.Exit(report.exit_code)
 
@@ -256,6 +270,8 @@ def promote_cmd(
     invariant: list[str] = typer.Option(None, "--invariant", help="assert this invariant instead of the report's (repeatable)"),
     tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic in the test; 0 = bit-exact"),
     force: bool = typer.Option(False, "--force", help="overwrite existing files"),
+    adapter: str = typer.Option(None, "--adapter", help="the adapter whose replay() the test uses (non-TinyAgent snapshots)"),
+    adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="KEY=VALUE for the adapter's factory, repeatable"),
 ) -> None:
     """Write a pytest file (plus the snapshot it needs) that replays the step and asserts its recorded
     update statistics; with --report, also the invariants that caught the regression.
@@ -265,7 +281,9 @@ def promote_cmd(
     Example: rlbisect promote snapshots/step-000005.pt --to tests/regressions --report bisect.json
     """
     from rlbisect.steps.promote import promote
-    done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None)
+    from rlbisect.check.adapter import parse_adapter_opts
+    done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None,
+                   adapter=adapter, adapter_opts=parse_adapter_opts(adapter_opt))
     for line in [*done.notes, f"wrote {done.test}", f"wrote {done.snapshot}"]:
         typer.echo(line)
 

@@ -81,7 +81,7 @@ def _kl_pull(ctx):
     mask = ctx.truth.owned[rows]
 
     def kl(logp: torch.Tensor) -> float:          # logp: the rows' log-probs
-        x = ctx.stepped["ref_logp"][rows] - logp
+        x = (ctx.stepped["ref_logp"][rows] - logp).double()   # float32 cancels at small steps
         return float(masked_mean(x.exp() - x - 1, mask))
     # the KL term's own gradient: the loss with the reference minus without (A = 0 both), so an
     # entropy term or any other regularizer cancels out
@@ -91,7 +91,14 @@ def _kl_pull(ctx):
     moved = copy.deepcopy(trained)
     with torch.no_grad():                         # a small step, scale-free: KL_STEP of the weights' norm
         flat = torch.cat([p.flatten() for p in moved.parameters()])
-        step = g * (KL_STEP * flat.norm() / g.norm().clamp(min=1e-30))
+        size = KL_STEP * flat.norm()
+        pairs = list(zip(trained.parameters(), ref.parameters()))
+        if len(pairs) == len(list(trained.parameters())) == len(list(ref.parameters())) and \
+                all(a.shape == b.shape for a, b in pairs):
+            # at most a tenth of the way back to the reference: a small update (TRL's default lr
+            # 1e-6) leaves the policy closer to it than KL_STEP, which would overshoot
+            size = min(size, 0.1 * torch.sqrt(sum(((a - b).double() ** 2).sum() for a, b in pairs)).float())
+        step = g * (size / g.norm().clamp(min=1e-30))
         i = 0
         for p in moved.parameters():
             p -= step[i:i + p.numel()].view_as(p)

@@ -17,6 +17,7 @@ class CheckResult:
     passed: bool                 # True when it does not apply: n/a is never a failure...
     seed: Optional[int] = None   # over several probe seeds: the one whose value this is
     na: str = ""                 # ...and never silent: why it does not apply to this trainer
+    by_design: str = ""          # failed, on purpose: the adapter's explanation (passed is then True)
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,14 @@ def over_seeds(runs: dict[int, dict[str, CheckResult]]) -> dict[str, CheckResult
         applies = [s for s, r in runs.items() if not r[name].na]
         seed = (failing or applies or list(runs))[0]
         r = runs[seed][name]
-        out[name] = CheckResult(name, r.value, r.passed, seed, r.na)
+        out[name] = CheckResult(name, r.value, r.passed, seed, r.na, r.by_design)
     return out
 
 
 def as_json(results: dict[str, CheckResult]) -> dict[str, dict]:
     """{check name: {"value": float, "passed": bool[, "seed": the probe seed shown]
-    [, "na": why it does not apply (value null)]}}."""
+    [, "na": why it does not apply (value null)][, "by_design": why it fails on purpose]}}."""
     return {name: {"value": None if r.na else r.value, "passed": r.passed,
-                   **({"seed": r.seed} if r.seed is not None else {}), **({"na": r.na} if r.na else {})}
+                   **({"seed": r.seed} if r.seed is not None else {}), **({"na": r.na} if r.na else {}),
+                   **({"by_design": r.by_design} if r.by_design else {})}
             for name, r in results.items()}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class Thresholds(BaseModel):
@@ -32,3 +34,25 @@ class Thresholds(BaseModel):
         mismatch of a few hundredths of a nat is normal. Calibrate them: run the checks on a known-good
         commit several times and set each limit a few times above the largest value you measure."""
         return cls(logp_gap=0.5, ratio=0.5, group_mean=1e-3, padding=1e-2, accumulation=2e-2, consumed=1e-2)
+
+    @classmethod
+    def named(cls, spec: str | None) -> "Thresholds":
+        """``fp32`` (the defaults), ``bf16`` or a JSON file of field values (``--thresholds``); an
+        unknown key or a file that is not JSON is an input error, never silently ignored."""
+        import json
+        from rlbisect.errors import InputError
+        if spec in (None, "fp32"):
+            return cls()
+        if spec == "bf16":
+            return cls.bf16()
+        path = Path(spec)
+        if not path.is_file():
+            raise InputError(f"--thresholds {spec}: expected fp32, bf16 or a JSON file of limits")
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as e:
+            first = e.errors()[0] if isinstance(e, ValidationError) else None
+            why = (f"unknown key {first['loc'][0]!r} (keys: {', '.join(cls.model_fields)})"
+                   if first and first["type"] == "extra_forbidden" else
+                   f"{first['loc'][0]}: {first['msg']}" if first else f"not a JSON object of limits ({e})")
+            raise InputError(f"--thresholds {spec}: {why}".splitlines()[0]) from None

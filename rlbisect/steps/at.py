@@ -119,14 +119,17 @@ def replay_at(snapshot_path: str | os.PathLike, checkout: str | os.PathLike,
 
 def replay(path: str | os.PathLike, *, bug: str | None = None, at: str | None = None,
            repo: str | os.PathLike = ".", tolerance: float = 0.0,
-           timeout: float | None = None) -> ReplayReport:
+           timeout: float | None = None, replayer=None) -> ReplayReport:
     """What ``rlbisect replay`` does: replay the saved update here, or with the code at ``at``
-    (a revision of ``repo``, checked out privately). Raises SnapshotError / ReplayError /
-    InputError (exit 2) when it cannot replay; the report says whether it matched."""
+    (a revision of ``repo``, checked out privately). ``replayer``: the `(snap, bug) -> Replayed`
+    the command line chose (``--adapter``). Raises SnapshotError / ReplayError / InputError
+    (exit 2) when it cannot replay; the report says whether it matched."""
     snap = load_snapshot(path)
+    if at is not None and replayer is not None:
+        raise ReplayError("--at with --adapter is not supported yet: replay in a checkout of that commit")
     if at is None:
         try:
-            report = judge(snap, replay_in_process(snap, bug), tolerance)
+            report = judge(snap, replay_in_process(snap, bug, replayer), tolerance)
         except UpdateRaised as e:
             report = judge(snap, None, tolerance, error=str(e))
     else:
@@ -143,6 +146,15 @@ def replay(path: str | os.PathLike, *, bug: str | None = None, at: str | None = 
     report.notes.insert(0, f"recorded by {snap.config.get('trainer')} at {recorded}, "
                            f"torch {snap.torch_version}")
     return report
+
+
+def adapter_replayer(spec: str, pairs: list[str] | None, bug: str | None):
+    """The replay code the command line names: never one read out of the snapshot."""
+    from rlbisect.check.adapter import AdapterError, load_adapter, parse_adapter_opts
+    adapter = load_adapter(spec, bug=None if bug in (None, "none") else bug, **parse_adapter_opts(pairs))
+    if not callable(getattr(adapter, "replay", None)):
+        raise AdapterError(f"{spec} returned an adapter without replay(snap, bug)")
+    return adapter.replay
 
 
 # -- the worker -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlbisect.errors import InputError, RlbisectError
-from rlbisect.steps.replay import REPLAYERS, ReplayError, UpdateRaised, judge, replay_in_process
+from rlbisect.steps.replay import ReplayError, UpdateRaised, judge, registered_replayers, replay_in_process
 from rlbisect.steps.format import Snapshot, load_snapshot
 
 
@@ -72,7 +72,8 @@ def _literal(v) -> str:
 
 
 def render_test(snap: Snapshot, expected: dict, snapshot_name: str, tolerance: float, source: str,
-                invariants: list[str], report_note: str) -> str:
+                invariants: list[str], report_note: str, adapter: str | None = None,
+                adapter_opts: dict | None = None) -> str:
     """The generated pytest module."""
     name = Path(snapshot_name).stem.replace("-", "_")
     code = snap.code
@@ -92,14 +93,20 @@ def render_test(snap: Snapshot, expected: dict, snapshot_name: str, tolerance: f
              "from rlbisect.steps.replay import compare_stats, judge, render_report, replay_in_process",
              "from rlbisect.steps.format import load_snapshot", "",
              f'SNAPSHOT = Path(__file__).parent / "snapshots" / {_literal(snapshot_name)}',
-             f"TOLERANCE = {tolerance!r}", "EXPECTED = {"]
+             f"TOLERANCE = {tolerance!r}",
+             # the replaying code the promote command line named (never one read from the snapshot)
+             *([f"ADAPTER = {_literal(adapter)}", f"ADAPTER_OPTS = {adapter_opts or {}!r}"] if adapter else []),
+             "EXPECTED = {"]
     lines += [f"    {_literal(k)}: {_literal(v)}," for k, v in expected.items()]
     lines += ["}"]
     if invariants:
         lines += ["CAUGHT_BY = [", *[f"    {_literal(n)}," for n in invariants], "]"]
     lines += ["", "", f"def test_replay_{name}():",
               "    snap = load_snapshot(SNAPSHOT)",
-              "    report = judge(snap, replay_in_process(snap), TOLERANCE)",
+              *(["    from rlbisect.check import load_adapter",
+                 "    replayer = load_adapter(ADAPTER, **ADAPTER_OPTS).replay",
+                 "    report = judge(snap, replay_in_process(snap, None, replayer), TOLERANCE)"] if adapter else
+                ["    report = judge(snap, replay_in_process(snap), TOLERANCE)"]),
               "    assert report.identical, render_report(report)",
               "    replayed = {row.name: row.replayed for row in report.rows}",
               "    moved = [row for row in compare_stats(EXPECTED, replayed, TOLERANCE, TOLERANCE) if not row.ok]",
@@ -107,24 +114,32 @@ def render_test(snap: Snapshot, expected: dict, snapshot_name: str, tolerance: f
     if invariants:
         lines += ["", "", "def test_invariants_that_caught_the_regression():",
                   "    from rlbisect.check import DEFAULT_ADAPTER, load_adapter, sanity_checks",
-                  "    results = sanity_checks(load_adapter(DEFAULT_ADAPTER))",
+                  "    results = sanity_checks(load_adapter(" + ("ADAPTER, **ADAPTER_OPTS))" if adapter
+                                                                 else "DEFAULT_ADAPTER))"),
                   "    failing = {name: results[name].value for name in CAUGHT_BY if not results[name].passed}",
                   '    assert not failing, f"invariants failing again: {failing}"']
     return "\n".join(lines) + "\n"
 
 
 def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os.PathLike | None = None,
-            force: bool = False, tolerance: float = 0.0, invariants: list[str] | None = None) -> Promoted:
+            force: bool = False, tolerance: float = 0.0, invariants: list[str] | None = None,
+            adapter: str | None = None, adapter_opts: dict | None = None) -> Promoted:
     """Write the test and a copy of the snapshot into `to`; see the module docstring."""
     src, to = Path(snapshot), Path(to)
     if not to.is_dir() and not to.parent.is_dir():   # create at most the last folder level
         raise PromoteError(f"--to {to}: folder {to.parent} does not exist")
     snap = load_snapshot(src)  # SnapshotError: refused before anything is written
-    if snap.config.get("trainer") not in REPLAYERS:
+    replayer = None
+    if adapter is not None:     # the replaying code comes from the command line
+        from rlbisect.check.adapter import load_adapter
+        replayer = getattr(load_adapter(adapter, **(adapter_opts or {})), "replay", None)
+        if not callable(replayer):
+            raise PromoteError(f"{adapter} returned an adapter without replay(snap, bug)")
+    elif snap.config.get("trainer") not in registered_replayers():
         raise PromoteError(f"snapshot names trainer {snap.config.get('trainer')!r}; promote needs one of "
-                           f"{', '.join(REPLAYERS)}")
+                           f"{', '.join(registered_replayers())}, or --adapter MODULE:FACTORY")
     try:  # a test that fails where it is written would be noise: check it replays now
-        verdict = judge(snap, replay_in_process(snap), tolerance)
+        verdict = judge(snap, replay_in_process(snap, None, replayer), tolerance)
     except UpdateRaised as e:
         raise NotReplayable(f"the update raises on the current code: {e}") from None
     except ReplayError as e:
@@ -159,7 +174,7 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
     if not force and (existing := [str(p) for p in (test_path, snap_path) if p.exists()]):
         raise PromoteError(f"{' and '.join(existing)} already exist(s); use --force to overwrite")
     expected = {r.name: r.recorded for r in verdict.rows}
-    text = render_test(snap, expected, name, tolerance, src.name, invariants, note)
+    text = render_test(snap, expected, name, tolerance, src.name, invariants, note, adapter, adapter_opts)
     snap_path.parent.mkdir(parents=True, exist_ok=True)
     _write(snap_path, src.read_bytes())
     load_snapshot(snap_path)  # the copy is what the test will read: it must be intact

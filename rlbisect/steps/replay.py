@@ -132,16 +132,28 @@ class Replayed:
     notes: list[str] = field(default_factory=list)
 
 
-def replay_in_process(snap: Snapshot, bug: str | None = None) -> Replayed:
+def registered_replayers() -> dict[str, str]:
+    """Trainer name -> "module:function": rlbisect's own, plus those installed packages register
+    under the ``rlbisect.replayers`` entry-point group. A snapshot's ``trainer`` only picks one of
+    these names: no import path is ever read out of a snapshot."""
+    from importlib.metadata import entry_points
+    installed = {ep.name: ep.value for ep in entry_points(group="rlbisect.replayers")}
+    return {**installed, **REPLAYERS}
+
+
+def replay_in_process(snap: Snapshot, bug: str | None = None, replayer=None) -> Replayed:
     """Re-run the snapshot's update with the trainer code importable here. `bug`: replayer-specific
-    override of the recorded fault switch ("none" for no fault), None keeps the recorded one."""
-    trainer = snap.config.get("trainer")
-    if trainer not in REPLAYERS:
-        known = ", ".join(REPLAYERS)
+    override of the recorded fault switch ("none" for no fault), None keeps the recorded one.
+    `replayer`: a `(snap, bug) -> Replayed` the caller chose (``replay --adapter``); else the
+    registered one for the snapshot's trainer name."""
+    if replayer is not None:
+        return replayer(snap, bug)
+    trainer, known = snap.config.get("trainer"), registered_replayers()
+    if not isinstance(trainer, str) or trainer not in known:
         what = f"trainer {trainer!r}" if trainer else "no trainer (config has no 'trainer' key)"
-        raise ReplayError(f"snapshot names {what}; rlbisect replays {known} snapshots "
-                          "(replay your own with rlbisect.steps.replay.restore and your update)")
-    module, _, fn = REPLAYERS[trainer].partition(":")
+        raise ReplayError(f"snapshot names {what}; rlbisect replays {', '.join(known)} snapshots by "
+                          "itself: replay others with --adapter MODULE:FACTORY (an adapter with replay())")
+    module, _, fn = known[trainer].partition(":")
     return getattr(importlib.import_module(module), fn)(snap, bug)
 
 

@@ -1,0 +1,75 @@
+"""Replay for any trainer: the code that replays comes from the command line (--adapter) or an
+installed, registered replayer; never from an import path read out of the snapshot file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlbisect.steps import SnapshotHook
+from rlbisect.steps.at import replay
+from rlbisect.steps.replay import Replayed, ReplayError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _snapshot(tmp_path: Path, trainer: str, meta: dict | None = None) -> Path:
+    model = torch.nn.Linear(3, 2)
+    hook = SnapshotHook(tmp_path / "snaps", every=1, config={"trainer": trainer}, meta=meta or {})
+    hook.before_update(0, model, None, {"x": torch.ones(2, 3)})
+    hook.after_update(0, {"loss": 1.0})
+    return hook.saved[-1]
+
+
+def _evil_module(folder: Path) -> Path:
+    marker = folder / "IMPORTED"
+    (folder / "evilmod.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                       "def run(snap, bug):\n    raise SystemExit('evil replayer ran')\n")
+    return marker
+
+
+def test_a_snapshot_naming_a_module_cannot_make_replay_import_it(tmp_path, monkeypatch):
+    marker = _evil_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    path = _snapshot(tmp_path, "evilmod:run", meta={"replayer": "evilmod:run", "adapter": "evilmod:run"})
+    with pytest.raises(ReplayError, match="replay others with --adapter"):
+        replay(path)
+    assert not marker.exists() and "evilmod" not in sys.modules
+    # the command line too: exit 2, one line, nothing imported
+    done = subprocess.run([sys.executable, "-m", "rlbisect", "replay", str(path)], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+                          timeout=120)
+    assert done.returncode == 2 and "replay others with --adapter" in done.stderr
+    assert not marker.exists()
+
+
+def test_the_replayer_named_on_the_command_line_is_used(tmp_path):
+    path = _snapshot(tmp_path, "anything")
+    calls = []
+
+    def mine(snap, bug):
+        calls.append((snap.step, bug))
+        return Replayed({"loss": 1.0}, snap.post_update_sha256)
+    report = replay(path, replayer=mine, bug="x")
+    assert calls == [(0, "x")] and report.identical
+    with pytest.raises(ReplayError, match="--at with --adapter"):
+        replay(path, replayer=mine, at="HEAD")
+
+
+def test_an_installed_registered_replayer_is_found_by_name(tmp_path, monkeypatch):
+    (tmp_path / "goodmod.py").write_text(
+        "from rlbisect.steps.replay import Replayed\n"
+        "def run(snap, bug):\n    return Replayed({'loss': 2.0}, snap.post_update_sha256)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib.metadata as md
+    monkeypatch.setattr(md, "entry_points", lambda group=None: [
+        EntryPoint("mytrainer", "goodmod:run", "rlbisect.replayers")] if group == "rlbisect.replayers" else [])
+    report = replay(_snapshot(tmp_path, "mytrainer"))
+    assert report.moved == ["loss"]          # it ran: recorded 1.0, replayed 2.0
