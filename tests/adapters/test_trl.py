@@ -46,11 +46,14 @@ def _check(results, number: int):
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_unmodified_trl_passes_every_applicable_check(healthy, loss_type, shape):
     results = healthy[(loss_type, shape)]
-    assert len(results) == 12
+    assert len(results) == 16
     failed = {r.name: r.value for r in results.values() if not r.passed}
     assert not failed, failed
-    na = {number for number in range(1, 13) if _check(results, number).na}
-    expected_na = ({7} if shape == "single" else set()) | ({10} if loss_type in ("cispo", "sapo", "vespo") else set())
+    na = {number for number in range(1, 17) if _check(results, number).na}
+    # 13, 15, 16: the adapter records no draw counts, takes no `observe`, re-scores nothing (yet);
+    # 7 and 14 need more than one optimizer step per sampled batch
+    expected_na = {13, 15, 16} | ({7, 14} if shape == "single" else set()) | \
+        ({10} if loss_type in ("cispo", "sapo", "vespo") else set())
     assert na == expected_na
     for number in na:                                 # n/a always says why
         assert len(_check(results, number).na) > 20
