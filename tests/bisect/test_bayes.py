@@ -137,7 +137,7 @@ def test_each_case_finds_the_culprit_with_confidence(case):
     outcomes = six_cases()[case]
     right = [d.p for k, d, _ in outcomes if d.status == "found" and d.first_bad == k]
     assert len(right) >= 19, [(k, d.status, d.first_bad) for k, d, _ in outcomes]
-    assert min(right) >= bayes.needed(0.95)
+    assert min(right) >= bayes.needed(0.95, after=0.0)     # at least the noisy level
 
 
 def test_wrong_culprits_with_exit_0_stay_rare_and_the_fit_check_rarely_cries_wolf():
@@ -246,7 +246,7 @@ def test_without_flips_it_is_binary_search_plus_a_few_confirmations():
     n, runs = 63, []                                 # a 64-commit history: GOOD + 63
     for k in range(1, n + 1):
         out = simulate(n, lambda i: "bad" if i >= k else "good")
-        assert out.decision.first_bad == k and out.decision.p >= bayes.needed(0.95)
+        assert out.decision.first_bad == k and out.decision.p >= bayes.needed(0.95, after=0.0)
         runs.append(len(out.runs))
         lo, hi, j = 0, n, 0    # until the culprit is cornered, each run (nearly) halves [lo, hi]
         while hi - lo > 1 and j < len(out.runs):
@@ -264,11 +264,11 @@ def test_it_stops_exactly_when_the_top_posterior_reaches_the_stop_level():
     for conf in (0.8, 0.95, 0.99):
         s = FlakySearch(20)
         while (d := s.decide(conf)).status == "probe":
-            assert s.culprit_posterior().max() < bayes.needed(conf)
+            assert s.culprit_posterior().max() < s.stop_level(conf) <= bayes.needed(conf)
             truth = d.probe >= 13
             s.observe(d.probe, "bad" if truth != (rng.random() < 0.1) else "good")
         assert d.status == "found" and d.p == pytest.approx(s.culprit_posterior().max())
-        assert d.p >= bayes.needed(conf) and d.first_bad == int(np.argmax(s.culprit_posterior()))
+        assert d.p >= s.stop_level(conf) and d.first_bad == int(np.argmax(s.culprit_posterior()))
 
 
 def test_higher_confidence_costs_more_runs_on_average():
@@ -380,3 +380,5 @@ def test_bad_input_is_refused():
 def test_the_default_budget_grows_with_the_range():
     assert bayes.default_max_runs(1) == 80 and bayes.default_max_runs(63) == 280
     assert bayes.needed(0.95) == pytest.approx(1 - 0.05 / bayes.MARGIN)
+    assert bayes.needed(0.95, after=0.5) == pytest.approx(1 - 0.05 / bayes.MARGIN_NOISY)
+    assert bayes.needed(0.95, 0.5) < bayes.needed(0.95, 0.9) < bayes.needed(0.95, 0.99)
