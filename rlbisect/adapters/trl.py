@@ -11,8 +11,11 @@
 Every probe point runs TRL's code (`_generate_and_score_completions`, `compute_loss`,
 `training_step`, `_get_per_token_logps_and_entropies`, its reference model); the reaches into its
 private API live in `_trl_internals.py`. The sampler's log-probs are recorded on the path TRL
-generates with (HF `generate`'s processed scores). Layout: P = the completion's positions
-(column j is completion token j), rows group by group as TRL lays them out.
+generates with (HF `generate`'s processed scores), and so are the tokens it drew per row
+(`Truth.drawn`, check 13); `Truth.rescored` (check 16) is your reward functions applied again with
+`GRPOConfig.reward_weights`; `update(..., observe)` (check 15) reports what each `_compute_loss`
+call is handed. Layout: P = the completion's positions (column j is completion token j), rows
+group by group as TRL lays them out.
 
 `rlbisect check --adapter rlbisect.adapters.trl:demo` runs the checks on a tiny GRPOTrainer built in
 code (`trl_demo.py`); `--adapter-opt loss_type=dapo`, `num_iterations=2`, `bf16=true`, ...
