@@ -168,3 +168,32 @@ def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
                            "reward_weight_ignored"]
     assert log.read_text() == "imported\n"
     assert not table["adv_sign"]["update raises log pi where A > 0"]["passed"]
+
+
+def test_drawn_counts_include_the_first_eos_and_only_what_was_sampled():
+    import torch
+
+    from rlbisect.adapters._trl_internals import drawn_counts
+    eos = torch.tensor([1])
+    tokens = torch.tensor([[5, 6, 1, 0, 0], [5, 1, 6, 1, 0], [5, 6, 7, 8, 9], [1, 0, 0, 0, 0]])
+    assert drawn_counts(tokens, 5, eos).tolist() == [3, 2, 5, 1]
+    assert drawn_counts(tokens, 4, eos).tolist() == [3, 2, 4, 1]     # generate stopped after 4 steps
+
+
+def test_rewards_that_cannot_be_rerun_apart_from_trl_leave_check_16_na():
+    """A reward model or an async reward function: no `rescored`, so check 16 says n/a, not a pass."""
+    import torch
+
+    from rlbisect.adapters import _trl_internals as trl_
+    from rlbisect.adapters.trl import demo
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        adapter = demo()
+    tr = adapter.trainer
+
+    async def judged(completions, **kwargs):
+        return [0.0] * len(completions)
+    for other in (torch.nn.Linear(1, 1), judged):
+        tr.reward_funcs = [tr.reward_funcs[0], other]
+        assert trl_.configured_rewards(tr, [{"prompt": "add d1 d2 ="}], torch.tensor([[5, 1]]),
+                                       torch.tensor([1])) is None
