@@ -33,6 +33,7 @@ FAULTS = {
     "eos_unmasked": "the completion mask drops the EOS token: the policy is never trained to stop (13, 1)",
     "adv_renorm": "advantages re-whitened per micro-batch inside the loss, after TRL scored them (15)",
     "reward_weight_ignored": "scoring sums the reward functions unweighted, ignoring reward_weights (16)",
+    "reward_misaligned": "reward functions see the dataset columns one group off their completions (16)",
 }
 
 
@@ -157,6 +158,15 @@ def inject(trainer, bug: str | None) -> None:
         trainer.ref_model = trainer.model
     elif bug == "sampler_temp":
         trainer.generation_config.temperature = 0.7
+    elif bug == "reward_misaligned":
+        # each completion scored against the next prompt's answer: a column misaligned with the
+        # completions on the way to the reward functions (cf. huggingface/trl#6533, a reward list
+        # silently broadcast over the wrong completions)
+        rewards = trainer._calculate_rewards
+
+        def misaligned(inputs, prompts, completions, completion_ids_list):
+            return rewards(inputs[GROUP:] + inputs[:GROUP], prompts, completions, completion_ids_list)
+        trainer._calculate_rewards = misaligned
     elif bug == "reward_weight_ignored":
         # the advantages formed from an unweighted sum of the reward functions (the shape of
         # huggingface/trl#5352, where TRL's logged reward ignored reward_weights)

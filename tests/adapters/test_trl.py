@@ -85,6 +85,7 @@ FAULTS = [
     ("adv_renorm", "single", 15),
     ("adv_renorm", "multi", 15),
     ("reward_weight_ignored", "single", 16),
+    ("reward_misaligned", "single", 16),
 ]
 
 
@@ -165,7 +166,7 @@ def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
     table = json.loads(done.stdout)
     assert list(table) == ["none", "mask_shift", "adv_sign", "old_logp_absent", "old_logp_detached",
                            "ref_is_policy", "accum_unscaled", "sampler_temp", "eos_unmasked", "adv_renorm",
-                           "reward_weight_ignored"]
+                           "reward_weight_ignored", "reward_misaligned"]
     assert log.read_text() == "imported\n"
     assert not table["adv_sign"]["update raises log pi where A > 0"]["passed"]
 
