@@ -66,7 +66,12 @@ def recording_generation(trainer, record: dict) -> Iterator[None]:
         ended = torch.isin(tokens, eos).int().cumsum(1)
         owned = ((ended - torch.isin(tokens, eos).int()) == 0).float()
         record["sampler"] = (tokens, torch.where(owned > 0, logp, torch.zeros_like(logp)), owned)
-        record["drawn"] = drawn_counts(tokens, len(out.scores), eos)
+        # generate's own stop tokens (the generation_config it was handed), not TRL's list: where it draws
+        cfg = kwargs.get("generation_config")
+        stop = getattr(cfg, "eos_token_id", None)
+        stop = eos if stop is None else torch.tensor([stop] if isinstance(stop, int) else list(stop))
+        record["stop"] = stop
+        record["drawn"] = drawn_counts(tokens, len(out.scores), stop)
         return out.sequences
 
     def keep_generate(prompts):
@@ -100,7 +105,7 @@ def configured_rewards(trainer, inputs: list[dict], tokens: torch.Tensor, eos: t
     completion_ids and the dataset's other columns) and `_generate_and_score_completions`'s
     `(rewards_per_func * reward_weights).nansum(1)`, but from the configuration: `args.reward_weights`
     (GRPOTrainer copies it to `self.reward_weights` at construction), the sampler's tokens cut
-    after the first EOS and decoded here as `_generate` decodes (`batch_decode(...,
+    after the first of `eos` (generate's stop tokens) and decoded here as `_generate` decodes (`batch_decode(...,
     skip_special_tokens=True)`), and no-op sinks for `log_extra` / `log_metric` so nothing is logged twice.
     """
     from trl.data_utils import is_conversational

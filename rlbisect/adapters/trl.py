@@ -104,8 +104,7 @@ class GRPOAdapter:
             tokens, logp, owned = record["sampler"]
             owned, logp = self._fit(owned, C), self._fit(logp, C)
             drawn = record["drawn"]             # counted from generate's output, not TRL's mask
-            eos = torch.tensor(list(self.trainer.eos_token_ids))
-            rescored = trl_.configured_rewards(self.trainer, inputs, tokens, eos)
+            rescored = trl_.configured_rewards(self.trainer, inputs, tokens, record["stop"])
         else:                                  # vLLM: its log-probs of the sampled tokens
             logp = out.get("sampling_per_token_logps")
             owned = (~torch.isnan(logp)).float() if logp is not None else trl_.loss_mask(out)
