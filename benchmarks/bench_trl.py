@@ -1,4 +1,4 @@
-"""The twelve checks on TRL's GRPOTrainer against one TRL training step, both timed in one run
+"""The sixteen checks on TRL's GRPOTrainer against one TRL training step, both timed in one run
 (target: checks <= 3x a step). A step is what `trainer.train()` does per optimizer step (sample,
 score, forward/backward over the accumulation window, optimizer step), timed between the
 TrainerCallback events that bracket it; the checks include sampling their probe batch.
@@ -64,7 +64,7 @@ def main() -> None:
     print(f"TRL {trl.__version__}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"{opts}, 32 episodes per generation batch")
     print(f"one TRL training step: {step * 1e3:.0f} ms (median of {len(steps)})")
-    print(f"the twelve checks:     {check * 1e3:.0f} ms (median of {len(checks)})")
+    print(f"the sixteen checks:    {check * 1e3:.0f} ms (median of {len(checks)})")
     print(f"ratio: {check / step:.1f}x (target <= 3x)")
 
 

@@ -66,6 +66,12 @@ def recording_generation(trainer, record: dict) -> Iterator[None]:
         ended = torch.isin(tokens, eos).int().cumsum(1)
         owned = ((ended - torch.isin(tokens, eos).int()) == 0).float()
         record["sampler"] = (tokens, torch.where(owned > 0, logp, torch.zeros_like(logp)), owned)
+        # generate's own stop tokens (the generation_config it was handed), not TRL's list: where it draws
+        cfg = kwargs.get("generation_config")
+        stop = getattr(cfg, "eos_token_id", None)
+        stop = eos if stop is None else torch.tensor([stop] if isinstance(stop, int) else list(stop))
+        record["stop"] = stop
+        record["drawn"] = drawn_counts(tokens, len(out.scores), stop)
         return out.sequences
 
     def keep_generate(prompts):
@@ -79,6 +85,51 @@ def recording_generation(trainer, record: dict) -> Iterator[None]:
     with patched(model, generate=recording_generate), \
             patched(trainer, _generate=keep_generate, _calculate_rewards=keep_rewards):
         yield
+
+
+def drawn_counts(tokens: torch.Tensor, steps: int, eos: torch.Tensor) -> torch.Tensor:
+    """[B] tokens the sampler drew per row, counted from `generate`'s own record: `steps` sampling
+    steps (one processed score each), and a row that emitted an end-of-sequence token drew up to
+    and including it (HF fills finished rows with padding it did not sample). Counted here, apart
+    from TRL's completion_mask code (`_generate_single_turn`'s "Mask everything after the first
+    EOS token") and from the owner tags."""
+    hit = torch.isin(tokens[:, :steps], eos)
+    return torch.where(hit.any(1), hit.int().argmax(1) + 1, torch.full_like(hit[:, 0], steps, dtype=torch.long))
+
+
+def configured_rewards(trainer, inputs: list[dict], tokens: torch.Tensor, eos: torch.Tensor):
+    """[B] the configured reward rule applied again to each completion, or None where it cannot be
+    applied apart from TRL's scoring path (reward models, async functions, environments).
+
+    Mirrors `_calculate_rewards` (sync reward functions called with prompts, completions,
+    completion_ids and the dataset's other columns) and `_generate_and_score_completions`'s
+    `(rewards_per_func * reward_weights).nansum(1)`, but from the configuration: `args.reward_weights`
+    (GRPOTrainer copies it to `self.reward_weights` at construction), the sampler's tokens cut
+    after the first of `eos` (generate's stop tokens) and decoded here as `_generate` decodes (`batch_decode(...,
+    skip_special_tokens=True)`), and no-op sinks for `log_extra` / `log_metric` so nothing is logged twice.
+    """
+    from trl.data_utils import is_conversational
+    from trl.trainer.utils import is_async_callable
+    funcs = trainer.reward_funcs
+    if trainer.environment_factories is not None or \
+            any(isinstance(f, torch.nn.Module) or is_async_callable(f) for f in funcs):
+        return None
+    ids = [row[: int(n)].tolist() for row, n in zip(tokens, drawn_counts(tokens, tokens.shape[1], eos))]
+    texts = trainer.processing_class.batch_decode(ids, skip_special_tokens=True)
+    prompts = [x["prompt"] for x in inputs]
+    if is_conversational({"prompt": prompts[0]}):
+        completions = [[{"role": "assistant", "content": t}] for t in texts]
+    else:
+        completions = texts
+    columns = {k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")}
+    per_func = torch.zeros(len(inputs), len(funcs))
+    for i, f in enumerate(funcs):
+        out = f(prompts=prompts, completions=completions, completion_ids=ids, trainer_state=trainer.state,
+                log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None, **columns)
+        per_func[:, i] = torch.tensor([torch.nan if r is None else r for r in out], dtype=torch.float32)
+    configured = trainer.args.reward_weights
+    w = torch.tensor(configured, dtype=torch.float32) if configured is not None else torch.ones(len(funcs))
+    return (per_func * w).nansum(1)
 
 
 def score(trainer, inputs: list[dict]) -> dict:
@@ -116,8 +167,13 @@ def loss_mask(inputs: dict) -> torch.Tensor:
     return (m * inputs["tool_mask"] if "tool_mask" in inputs else m).float()
 
 
+# a key the adapter adds to a generation batch before TRL's shuffle and split, so each micro-batch
+# knows which probe rows it holds; taken out again before `_compute_loss` sees the inputs
+ROW = "_rlbisect_row"
+
+
 @contextmanager
-def one_window(trainer, accumulation: int, beta: float, seen: list) -> Iterator[None]:
+def one_window(trainer, accumulation: int, beta: float, seen: list, observe=None) -> Iterator[None]:
     """The trainer set up for one optimizer window of `accumulation` micro-batches.
 
     - `current_gradient_accumulation_steps` is what `_compute_loss` divides by (set by HF
@@ -129,20 +185,30 @@ def one_window(trainer, accumulation: int, beta: float, seen: list) -> Iterator[
     - `_prepare_inputs` made the identity, so `training_step` trains on the batch given instead of
       generating (GRPOTrainer._prepare_inputs buffers and generates);
     - `_compute_loss` and `_get_per_token_logps_and_entropies` observed, to read the ratio the
-      loss formed (TRL logs only clip fractions): `seen` gets (logps, old or None, mask) per call.
+      loss formed (TRL logs only clip fractions): `seen` gets (logps, old or None, mask) per call;
+    - `observe(rows, mask, old_logp, advantages)` (if given) called with what `_compute_loss` is
+      handed, for micro-batches that carry `ROW`: its mask (`completion_mask * tool_mask`), the
+      old log-probs it uses (`inputs["old_per_token_logps"]`, or when absent its fallback
+      `per_token_logps.detach()`, read from the log-prob call) and `inputs["advantages"]`. Read at
+      `_compute_loss`, i.e. after `compute_loss` and anything a subclass does there.
     """
     compute, logps_fn = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
     current: dict[str, Any] = {}
 
     def observed_compute(model, inputs):
+        current["rows"] = inputs.get(ROW)
+        inputs = {k: v for k, v in inputs.items() if k != ROW}
         current["inputs"] = inputs
         return compute(model, inputs)
 
     def observed_logps(*args, **kwargs):
         out = logps_fn(*args, **kwargs)
         if "inputs" in current and out[0].requires_grad:
-            inp = current.pop("inputs")
-            seen.append((out[0].detach(), inp.get("old_per_token_logps"), loss_mask(inp)))
+            inp, rows = current.pop("inputs"), current.pop("rows")
+            old = inp.get("old_per_token_logps")
+            seen.append((out[0].detach(), old, loss_mask(inp)))
+            if observe is not None and rows is not None:
+                observe(rows, loss_mask(inp), out[0].detach() if old is None else old, inp["advantages"])
         return out
 
     spg = trainer.args.steps_per_generation

@@ -11,8 +11,11 @@
 Every probe point runs TRL's code (`_generate_and_score_completions`, `compute_loss`,
 `training_step`, `_get_per_token_logps_and_entropies`, its reference model); the reaches into its
 private API live in `_trl_internals.py`. The sampler's log-probs are recorded on the path TRL
-generates with (HF `generate`'s processed scores). Layout: P = the completion's positions
-(column j is completion token j), rows group by group as TRL lays them out.
+generates with (HF `generate`'s processed scores), and so are the tokens it drew per row
+(`Truth.drawn`, check 13); `Truth.rescored` (check 16) is your reward functions applied again with
+`GRPOConfig.reward_weights`; `update(..., observe)` (check 15) reports what each `_compute_loss`
+call is handed. Layout: P = the completion's positions (column j is completion token j), rows
+group by group as TRL lays them out.
 
 `rlbisect check --adapter rlbisect.adapters.trl:demo` runs the checks on a tiny GRPOTrainer built in
 code (`trl_demo.py`); `--adapter-opt loss_type=dapo`, `num_iterations=2`, `bf16=true`, ...
@@ -96,17 +99,22 @@ class GRPOAdapter:
         with trl_.recording_generation(self.trainer, record):
             out = trl_.score(self.trainer, inputs)
         C = out["completion_ids"].shape[1]
+        drawn = rescored = None
         if "sampler" in record:
-            _, logp, owned = record["sampler"]
+            tokens, logp, owned = record["sampler"]
             owned, logp = self._fit(owned, C), self._fit(logp, C)
+            drawn = record["drawn"]             # counted from generate's output, not TRL's mask
+            rescored = trl_.configured_rewards(self.trainer, inputs, tokens, record["stop"])
         else:                                  # vLLM: its log-probs of the sampled tokens
             logp = out.get("sampling_per_token_logps")
             owned = (~torch.isnan(logp)).float() if logp is not None else trl_.loss_mask(out)
             logp = torch.nan_to_num(logp) if logp is not None else torch.zeros_like(owned)
+        # the rewards the batch's advantages were formed from: TRL's per-function scores weighted
+        # by the weights its scoring multiplies (`self.reward_weights`, sum_then_normalize)
         w = self.trainer.reward_weights.float()
         rewards = (record["rewards_per_func"].float() * w).nansum(1)
         batch = {"inputs": out, "raw": inputs, "generated": record["generated"]}
-        return batch, Truth(owned, logp, rewards, self.G)
+        return batch, Truth(owned, logp, rewards, self.G, drawn=drawn, rescored=rescored)
 
     @staticmethod
     def _fit(x: torch.Tensor, C: int) -> torch.Tensor:
@@ -166,17 +174,19 @@ class GRPOAdapter:
                 total += float(trl_.training_step(self.trainer, model, micro))
         return {"loss": total, **trl_.ratio_stats(seen)}
 
-    def update(self, model, batch, ref):
+    def update(self, model, batch, ref, observe=None):
         """One generation batch of TRL training: shuffled and split as `_prepare_inputs` does,
         `num_iterations` passes, an optimizer step every `gradient_accumulation_steps` micro-steps
-        (a fresh optimizer from the trainer's args; the scheduler's first-step learning rate)."""
+        (a fresh optimizer from the trainer's args; the scheduler's first-step learning rate).
+        `observe(rows, mask, old_logp, advantages)` sees what each `_compute_loss` call is handed."""
         tr, args = self.trainer, self.trainer.args
         inputs = dict(batch["inputs"])
+        inputs[trl_.ROW] = torch.arange(len(inputs["advantages"]))   # rides TRL's shuffle and split
         if ref is not None and tr.beta != 0.0:
             inputs["ref_per_token_logps"] = trl_.per_token_logps(tr, ref, inputs)
         opt, seen, micro, norms = trl_.optimizer(tr, model), [], 0, []
         chunks = trl_.shuffled_chunks(tr, inputs, seed=0)
-        with trl_.one_window(tr, args.gradient_accumulation_steps, tr.beta, seen):
+        with trl_.one_window(tr, args.gradient_accumulation_steps, tr.beta, seen, observe):
             args.steps_per_generation = len(chunks)          # the dapo normalizer as in training
             for _ in range(tr.num_iterations):
                 for chunk in chunks:

@@ -1,7 +1,7 @@
 """A tiny GRPOTrainer built in code (no hub, no network): the trainer `rlbisect.adapters.trl:demo` checks.
 
 A random-init two-layer Qwen2 over a 20-word vocabulary, prompts "add A B =", a reward for
-answering with the right digit word. It learns nothing in a few steps and needs nothing: the checks
+answering with the right digit word and one for stopping early (weighted 0.1). It learns nothing in a few steps and needs nothing: the checks
 are identities of the update, which hold (or break) on any policy.
 
 Faults (``bug=``) are monkeypatches on the trainer instance, each the shape of a real TRL-user bug,
@@ -30,6 +30,10 @@ FAULTS = {
     "ref_is_policy": "the reference model is the policy itself, not a frozen copy (9)",
     "accum_unscaled": "the loss is not divided by the gradient accumulation steps (6)",
     "sampler_temp": "generation samples at temperature 0.7, the trainer scores at 1.0 (2)",
+    "eos_unmasked": "the completion mask drops the EOS token: the policy is never trained to stop (13, 1)",
+    "adv_renorm": "advantages re-whitened per micro-batch inside the loss, after TRL scored them (15)",
+    "reward_weight_ignored": "scoring sums the reward functions unweighted, ignoring reward_weights (16)",
+    "reward_misaligned": "reward functions see the dataset columns one group off their completions (16)",
 }
 
 
@@ -75,12 +79,20 @@ def _dataset(n: int = 48):
 
 
 def answer_reward(completions, answer, **kwargs) -> list[float]:
-    """1 for the right digit word first, 0.5 for it anywhere, a little for stopping early."""
+    """1 for the right digit word first, 0.5 for it anywhere."""
     out = []
     for text, want in zip(completions, answer):
         words = text.split()
-        out.append((1.0 if words[:1] == [want] else 0.5 if want in words else 0.0) + 0.1 * (len(words) < 3))
+        out.append(1.0 if words[:1] == [want] else 0.5 if want in words else 0.0)
     return out
+
+
+def brevity_reward(completions, **kwargs) -> list[float]:
+    """1 for stopping early (weighted 0.1: two reward functions, so `reward_weights` matters)."""
+    return [float(len(text.split()) < 3) for text in completions]
+
+
+REWARD_WEIGHTS = [1.0, 0.1]
 
 
 def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "grpo", num_iterations: int = 1,
@@ -98,8 +110,8 @@ def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "gr
         steps_per_generation=steps_per_generation, gradient_accumulation_steps=gradient_accumulation_steps,
         num_iterations=num_iterations, max_completion_length=MAX_NEW, learning_rate=lr, beta=kl_coef or 0.0,
         loss_type=loss_type, temperature=temperature, seed=seed, logging_steps=1, save_strategy="no",
-        dataloader_num_workers=0, disable_tqdm=True, **extra)
-    return GRPOTrainer(model=str(_model_dir(seed)), reward_funcs=answer_reward, args=args,
+        dataloader_num_workers=0, disable_tqdm=True, reward_weights=REWARD_WEIGHTS, **extra)
+    return GRPOTrainer(model=str(_model_dir(seed)), reward_funcs=[answer_reward, brevity_reward], args=args,
                        train_dataset=_dataset(), processing_class=_tokenizer())
 
 
@@ -109,7 +121,7 @@ def inject(trainer, bug: str | None) -> None:
         return
     if bug not in FAULTS:
         raise ValueError(f"unknown bug {bug!r} (faults: {', '.join(FAULTS)})")
-    if bug in ("mask_shift", "adv_sign", "old_logp_absent"):
+    if bug in ("mask_shift", "adv_sign", "old_logp_absent", "eos_unmasked"):
         score = trainer._generate_and_score_completions
 
         def faulty_score(inputs):
@@ -117,18 +129,28 @@ def inject(trainer, bug: str | None) -> None:
             if bug == "mask_shift":
                 m = out["completion_mask"]
                 out["completion_mask"] = torch.cat([torch.zeros_like(m[:, :1]), m[:, :-1]], 1)
+            elif bug == "eos_unmasked":
+                # EOS treated like padding when the mask is built (torchtune#949, RAGEN#59: the
+                # model is never trained to stop)
+                eos = torch.tensor(list(trainer.eos_token_ids))
+                out["completion_mask"] = out["completion_mask"] * ~torch.isin(out["completion_ids"], eos)
             elif bug == "adv_sign":
                 out["advantages"] = -out["advantages"]
             else:
                 out.pop("old_per_token_logps", None)
             return out
         trainer._generate_and_score_completions = faulty_score
-    elif bug in ("old_logp_detached", "accum_unscaled"):
+    elif bug in ("old_logp_detached", "accum_unscaled", "adv_renorm"):
         compute = trainer.compute_loss
 
         def faulty_loss(model, inputs, return_outputs=False, num_items_in_batch=None):
             if bug == "old_logp_detached":
                 inputs = {k: v for k, v in inputs.items() if k != "old_per_token_logps"}
+            elif bug == "adv_renorm":
+                # a second whitening over the micro-batch on top of GRPO's group normalization
+                # (axon-rl/gem#113, amazon-science/reskill#12: "double normalization")
+                a = inputs["advantages"]
+                inputs = {**inputs, "advantages": (a - a.mean()) / (a.std() + 1e-4)}
             loss = compute(model, inputs, return_outputs, num_items_in_batch)
             return loss * trainer.current_gradient_accumulation_steps if bug == "accum_unscaled" else loss
         trainer.compute_loss = faulty_loss
@@ -136,3 +158,16 @@ def inject(trainer, bug: str | None) -> None:
         trainer.ref_model = trainer.model
     elif bug == "sampler_temp":
         trainer.generation_config.temperature = 0.7
+    elif bug == "reward_misaligned":
+        # each completion scored against the next prompt's answer: a column misaligned with the
+        # completions on the way to the reward functions (cf. huggingface/trl#6533, a reward list
+        # silently broadcast over the wrong completions)
+        rewards = trainer._calculate_rewards
+
+        def misaligned(inputs, prompts, completions, completion_ids_list):
+            return rewards(inputs[GROUP:] + inputs[:GROUP], prompts, completions, completion_ids_list)
+        trainer._calculate_rewards = misaligned
+    elif bug == "reward_weight_ignored":
+        # the advantages formed from an unweighted sum of the reward functions (the shape of
+        # huggingface/trl#5352, where TRL's logged reward ignored reward_weights)
+        trainer.reward_weights = torch.ones_like(trainer.reward_weights)

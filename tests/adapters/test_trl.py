@@ -50,9 +50,9 @@ def test_unmodified_trl_passes_every_applicable_check(healthy, loss_type, shape)
     failed = {r.name: r.value for r in results.values() if not r.passed}
     assert not failed, failed
     na = {number for number in range(1, 17) if _check(results, number).na}
-    # 13, 15, 16: the adapter records no draw counts, takes no `observe`, re-scores nothing (yet);
-    # 7 and 14 need more than one optimizer step per sampled batch
-    expected_na = {13, 15, 16} | ({7, 14} if shape == "single" else set()) | \
+    # 13, 15, 16 apply (draw counts from generate, `observe` at _compute_loss, the reward
+    # functions re-applied); 7 and 14 need more than one optimizer step per sampled batch
+    expected_na = ({7, 14} if shape == "single" else set()) | \
         ({10} if loss_type in ("cispo", "sapo", "vespo") else set())
     assert na == expected_na
     for number in na:                                 # n/a always says why
@@ -80,6 +80,12 @@ FAULTS = [
     ("ref_is_policy", "single", 9),
     ("accum_unscaled", "single", 6),
     ("sampler_temp", "single", 2),
+    ("eos_unmasked", "single", 13),
+    ("eos_unmasked", "multi", 13),
+    ("adv_renorm", "single", 15),
+    ("adv_renorm", "multi", 15),
+    ("reward_weight_ignored", "single", 16),
+    ("reward_misaligned", "single", 16),
 ]
 
 
@@ -159,6 +165,36 @@ def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     table = json.loads(done.stdout)
     assert list(table) == ["none", "mask_shift", "adv_sign", "old_logp_absent", "old_logp_detached",
-                           "ref_is_policy", "accum_unscaled", "sampler_temp"]
+                           "ref_is_policy", "accum_unscaled", "sampler_temp", "eos_unmasked", "adv_renorm",
+                           "reward_weight_ignored", "reward_misaligned"]
     assert log.read_text() == "imported\n"
     assert not table["adv_sign"]["update raises log pi where A > 0"]["passed"]
+
+
+def test_drawn_counts_include_the_first_eos_and_only_what_was_sampled():
+    import torch
+
+    from rlbisect.adapters._trl_internals import drawn_counts
+    eos = torch.tensor([1])
+    tokens = torch.tensor([[5, 6, 1, 0, 0], [5, 1, 6, 1, 0], [5, 6, 7, 8, 9], [1, 0, 0, 0, 0]])
+    assert drawn_counts(tokens, 5, eos).tolist() == [3, 2, 5, 1]
+    assert drawn_counts(tokens, 4, eos).tolist() == [3, 2, 4, 1]     # generate stopped after 4 steps
+
+
+def test_rewards_that_cannot_be_rerun_apart_from_trl_leave_check_16_na():
+    """A reward model or an async reward function: no `rescored`, so check 16 says n/a, not a pass."""
+    import torch
+
+    from rlbisect.adapters import _trl_internals as trl_
+    from rlbisect.adapters.trl import demo
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        adapter = demo()
+    tr = adapter.trainer
+
+    async def judged(completions, **kwargs):
+        return [0.0] * len(completions)
+    for other in (torch.nn.Linear(1, 1), judged):
+        tr.reward_funcs = [tr.reward_funcs[0], other]
+        assert trl_.configured_rewards(tr, [{"prompt": "add d1 d2 ="}], torch.tensor([[5, 1]]),
+                                       torch.tensor([1])) is None
