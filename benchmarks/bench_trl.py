@@ -65,7 +65,7 @@ def main() -> None:
           f"{opts}, 32 episodes per generation batch")
     print(f"one TRL training step: {step * 1e3:.0f} ms (median of {len(steps)})")
     print(f"the sixteen checks:    {check * 1e3:.0f} ms (median of {len(checks)})")
-    print(f"ratio: {check / step:.1f}x (target <= 3x)")
+    print(f"ratio: {check / step:.2f}x (target <= 3x)")
 
 
 if __name__ == "__main__":

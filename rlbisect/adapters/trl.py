@@ -127,9 +127,14 @@ class GRPOAdapter:
             old = self.log_probs(model, batch)
         return Prepared(trl_.loss_mask(inp), old, inp["advantages"].float())
 
-    def log_probs(self, model, batch):
+    def log_probs(self, model, batch, rows=None):
         """Remembered per batch and weights: the key holds each parameter's in-place version
-        counter, so weights changed in place (an optimizer step) are never served stale."""
+        counter, so weights changed in place (an optimizer step) are never served stale. With
+        ``rows``, those rows alone (not remembered: check 11 asks for a few of a moved model)."""
+        if rows is not None:
+            inp = batch["inputs"]
+            return trl_.per_token_logps(self.trainer, model, {
+                k: v[rows] if isinstance(v, torch.Tensor) and v.ndim > 0 else v for k, v in inp.items()})
         key = (id(model), tuple(p._version for p in model.parameters()))
         cache, owners = batch.setdefault("_current_logp", {}), batch.setdefault("_owners", {})
         if key not in cache or owners.get(key, lambda: None)() is not model:   # an id reused after gc
@@ -234,7 +239,10 @@ class GRPOAdapter:
     def with_rewards(self, batch, rewards):
         """The same completions scored with other rewards, advantages by TRL's own code."""
         out = trl_.rescore(self.trainer, batch["raw"], batch["generated"], rewards)
-        return {**batch, "inputs": out, "_current_logp": {}, "_owners": {}}
+        inp = batch["inputs"]
+        same = all(torch.equal(out[k], inp[k]) for k in ("prompt_ids", "completion_ids") if k in inp and k in out)
+        # the same tokens: the remembered log-probs still hold (they do not depend on rewards)
+        return {**batch, "inputs": out, **({} if same else {"_current_logp": {}, "_owners": {}})}
 
 
 def demo(episodes: int = 32, seed: int = 1, kl_coef: float = 0.1, bug: Optional[str] = None, **settings):

@@ -52,7 +52,7 @@ def _clip(ctx):
     if not ppo_clip(ctx.adapter):
         return NotApplicable(f"the objective is {ctx.adapter.objective}, not PPO's clipped surrogate: "
                              "it keeps a gradient outside the clip range by design")
-    rows = ctx.few_rows()
+    rows = ctx.few_rows(1)
     if not len(rows):
         return NotApplicable("every group in the probe batch is flat: no advantage term to clip")
     adv = ctx.prep.advantages
