@@ -155,11 +155,12 @@ def _consumed(ctx):
         return NotApplicable("the adapter's update() takes no `observe`, so what its loss consumes cannot be seen")
     if not seen:
         return NotApplicable("the update never called `observe`")
-    prep, value = ctx.prep, 0.0
+    prep, worst = ctx.prep, []
     for rows, mask, old, adv in seen:
         on = prep.mask[rows] > 0
-        value = max(value, float((mask != prep.mask[rows]).sum()), float((adv - prep.advantages[rows]).abs().max()),
-                    float((old - prep.old_logp[rows]).abs()[on].max()) if on.any() else 0.0)
+        worst += [(mask != prep.mask[rows]).sum().float(), (adv - prep.advantages[rows]).abs().max().float(),
+                  (old - prep.old_logp[rows]).abs()[on].max().float() if on.any() else torch.tensor(0.0)]
+    value = float(torch.stack(worst).max())      # torch's max keeps a NaN (Python's would drop it)
     return value, value < ctx.t.consumed      # NaN fails
 
 

@@ -194,3 +194,16 @@ def test_run_level_checks_fail_on_a_run_that_does_not_repeat_and_are_na_without_
     res = run_checks(Unseeded())
     assert not res["same seed, same rows"].passed and res["same seed, same rows"].value == 3
     assert all(r.passed and "has no train_run" in r.na for r in run_checks(object()).values())
+
+
+def test_a_nan_the_update_consumes_fails_check_15_instead_of_vanishing_in_a_max():
+    adapter = make_adapter()
+    update = adapter.update
+
+    def nan_update(model, batch, ref, observe=None):
+        def spoil(rows, mask, old, adv):
+            observe(rows, mask, old, adv * float("nan"))
+        return update(model, batch, ref, observe=spoil)
+    adapter.update = nan_update
+    r = sanity_checks(adapter)["the update consumes what prepare() returns"]
+    assert not r.passed and r.value != r.value
