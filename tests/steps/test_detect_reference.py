@@ -30,6 +30,7 @@ class _Fired(Exception):
     ("sampler_temp", {}, "logp_gap"),
     ("stale_old_logp", {}, "clip_frac+ratio_max"),
     ("ref_is_policy", {"kl_coef": 0.1}, "kl_ref"),
+    ("ref_synced", {"kl_coef": 0.1}, "frozen_moved"),        # the hook's fingerprint of the frozen reference
     (None, {"lr": 1e-2}, "approx_kl"),
 ])
 def test_fault_fires_within_8_steps_naming_the_signal(bug, knobs, signal, tmp_path):
