@@ -76,7 +76,9 @@ def check_cmd(
             else:
                 typer.echo(f"{r.name:<{width}} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}{at}")
         failed = [r.name for r in results.values() if not r.passed]
-        typer.echo(f"FAILED: {'; '.join(failed)}" if failed else "all checks passed")
+        designed = [r.name for r in results.values() if r.by_design]
+        summary = f"FAILED: {'; '.join(failed)}" if failed else "all checks passed"
+        typer.echo(summary + (f" ({len(designed)} by design: {'; '.join(designed)})" if designed else ""))
     raise typer.Exit(0 if all(r.passed for r in results.values()) else 1)
 
 

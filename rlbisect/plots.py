@@ -86,7 +86,8 @@ def dashboard(runs: dict[str, list[dict]], path: str | Path, metrics: tuple[str,
 
 
 def matrix_heatmap(matrix: dict[str, dict], path: str | Path) -> Path:
-    """Heatmap of the invariant checks: rows = faults, columns = checks, red = FAIL, values in cells.
+    """Heatmap of the invariant checks: rows = faults, columns = checks, red = FAIL, amber = by
+    design, grey = n/a, values in cells.
     `matrix` is {row: {check: {"value", "passed"}}} (the `check --matrix --json` shape)."""
     rows = list(matrix)
     checks = list(next(iter(matrix.values())))
@@ -94,9 +95,12 @@ def matrix_heatmap(matrix: dict[str, dict], path: str | Path) -> Path:
     for i, row in enumerate(rows):
         for j, check in enumerate(checks):
             cell = matrix[row][check]
-            ax.add_patch(plt.Rectangle((j, i), 1, 1, color="#f4a6a6" if not cell["passed"] else "#c9e8c4"))
+            # n/a and "by design" are neither a pass nor a failure: they get their own colour
+            color = "#e0e0e0" if cell.get("na") else "#f6d58e" if cell.get("by_design") else \
+                "#f4a6a6" if not cell["passed"] else "#c9e8c4"
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, color=color))
             v = cell["value"]
-            text = "nan" if isinstance(v, float) and math.isnan(v) else f"{v:.2g}"
+            text = "n/a" if cell.get("na") else "nan" if isinstance(v, float) and math.isnan(v) else f"{v:.2g}"
             ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8,
                     fontweight="bold" if not cell["passed"] else "normal")
     ax.set_xlim(0, len(checks))
@@ -105,7 +109,8 @@ def matrix_heatmap(matrix: dict[str, dict], path: str | Path) -> Path:
     ax.set_xticklabels([f"{j + 1}. {c}" for j, c in enumerate(checks)], rotation=35, ha="right", fontsize=8)
     ax.set_yticks([i + 0.5 for i in range(len(rows))])
     ax.set_yticklabels(rows, fontsize=9)
-    ax.set_title("Which invariant catches which fault (red = FAIL; cells show the measured value)", fontsize=10)
+    ax.set_title("Which invariant catches which fault\nred = FAIL, amber = fails by design, grey = n/a; "
+                 "cells show the measured value", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
