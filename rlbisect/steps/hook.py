@@ -159,11 +159,14 @@ class SnapshotHook:
             raise RuntimeError(f"after_update({step}) without a matching before_update (kept: {kept})")
         _, snap, model, frozen = self._pending
         self._pending = None
-        seen = _plain(stats) if self._moved is None else {**_plain(stats), "frozen_moved": self._moved}
+        logged = _plain(stats)
+        # the detectors also see the hook's own observation; the snapshot keeps only what the update
+        # logged, which is what a replay recomputes and compares
+        seen = logged if self._moved is None else {**logged, "frozen_moved": self._moved}
         hits = self.detectors.update(step, seen)
         self.hits += hits
         if snap is not None and (hits or (self.every is not None and step % self.every == 0)):
-            snap.stats, snap.hits = seen, hits
+            snap.stats, snap.hits = logged, hits
             snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
             self._save(snap, model)
         return hits

@@ -273,3 +273,12 @@ def test_a_watch_only_hook_fires_the_same_and_writes_nothing(tmp_path):
     assert [h.step for h in run_with_ref(hook, 10, range(10))] == [2] and hook.kept() == []
     with pytest.raises(ValueError, match="every needs a directory"):
         SnapshotHook(None, every=1)
+
+
+def test_a_step_saved_with_a_frozen_reference_still_replays_exactly(tmp_path):
+    """The hook's own frozen_moved goes to the detectors, not into the recorded statistics a
+    replay recomputes (a key only one side has would never match)."""
+    hook = SnapshotHook(tmp_path, every=1)
+    run_with_ref(hook, 3)
+    snap = load_snapshot(tmp_path / snapshot_name(2))
+    assert "frozen_moved" not in snap.stats and snap.stats.keys() == {"loss", "grad_norm", "logp_gap", "update_time"}
