@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import torch
 from transformers import TrainerCallback
 
+from rlbisect.metrics import METRICS
 from rlbisect.steps.capture import diff_norm, state_digest
 from rlbisect.steps.hook import SnapshotHook
 from rlbisect.steps.replay import Replayed, ReplayError, UpdateRaised, restore
@@ -37,7 +38,8 @@ from rlbisect.steps.spike_rules import SpikeConfig
 # TRL's metric names -> rlbisect's (rlbisect/metrics.py); only those the loss computes, so a replay
 # recomputes them (the reward and completion lengths are the rollout's)
 LOSS_METRICS = {"entropy": "entropy", "kl": "kl_ref", "clip_ratio/region_mean": "clip_frac",
-                "cispo_clip_ratio": "clip_frac", "clip_ratio/low_mean": "clip_low", "clip_ratio/high_mean": "clip_high"}
+                "cispo_clip_ratio": "clip_frac"}
+assert set(LOSS_METRICS.values()) <= set(METRICS), "rlbisect's metric names live in rlbisect.metrics"
 TRAINER_NAME = "transformers"     # the snapshot's `trainer`: a label, never an import path
 
 
