@@ -78,7 +78,6 @@ class GRPOAdapter:
         self.objective = "ppo-clip" if self.loss_type in PPO_CLIP else self.loss_type
         self.capabilities = Capabilities(sampler_logp=sampler_logp,
                                          one_step_per_batch=trl_.one_step_per_batch(trainer),
-                                         reference_model=trainer.beta != 0.0,
                                          by_design=BY_DESIGN.get(self.loss_type, {}))
         self._initial = copy.deepcopy(trl_.unwrapped(trainer))      # step 0, before anything trains it
 

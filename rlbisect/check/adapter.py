@@ -95,6 +95,12 @@ class TrainerAdapter(Protocol):
         """The same batch with `extra` more positions of padding, on the side the layout pads."""
 
 
+def accepts(method, name: str) -> bool:
+    """Whether an adapter's method takes the optional keyword ``name`` (``loss(ref=)``,
+    ``log_probs(rows=)``, ``update(observe=)``): the checks that need it are n/a or slower without."""
+    return name in inspect.signature(method).parameters
+
+
 class AdapterError(InputError):
     """An adapter spec that cannot be loaded (exit 2); the message is one line."""
 

@@ -32,11 +32,10 @@ Each returns :class:`NotApplicable` with its reason where the trainer has nothin
 from __future__ import annotations
 
 import copy
-import inspect
 
 import torch
 
-from rlbisect.check.adapter import Prepared
+from rlbisect.check.adapter import Prepared, accepts
 from rlbisect.check.invariants import masked_mean, register_invariant
 from rlbisect.check.results import NotApplicable
 
@@ -75,7 +74,7 @@ def _kl_pull(ctx):
     ref, trained = ctx.stepped["ref"], ctx.stepped["model"]
     if ref is None:
         return NotApplicable("no reference model: the trainer uses no KL term")
-    if "ref" not in inspect.signature(ctx.adapter.loss).parameters:
+    if not accepts(ctx.adapter.loss, "ref"):
         return NotApplicable("the adapter's loss() takes no `ref`, so its KL term cannot be asked for")
     rows = ctx.minibatch[:4]
     mask = ctx.truth.owned[rows]
@@ -103,7 +102,7 @@ def _kl_pull(ctx):
         for p in moved.parameters():
             p -= step[i:i + p.numel()].view_as(p)
             i += p.numel()
-    if "rows" in inspect.signature(ctx.adapter.log_probs).parameters:
+    if accepts(ctx.adapter.log_probs, "rows"):
         after = kl(ctx.adapter.log_probs(moved, ctx.batch, rows=rows))
     else:
         after = kl(ctx.adapter.log_probs(moved, ctx.batch)[rows])

@@ -1,4 +1,4 @@
-"""What an adapter's trainer can be asked: sampler log-probs, update shape, reference, by-design gaps.
+"""What an adapter's trainer can be asked: sampler log-probs, update shape, by-design gaps.
 
 A real trainer is not TinyAgent: TRL keeps no sampler log-probs unless it generates with vLLM,
 takes one optimizer step per generation batch by default (so there is no old log-prob to freeze),
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, fields
 class Capabilities:
     sampler_logp: bool = True           # Truth.sample_logp holds the sampler's own log-probs
     one_step_per_batch: bool = False    # one optimizer step per sampled batch: old log-prob == current
-    reference_model: bool = True        # a KL reference exists when the KL weight is > 0
     # check name -> why this trainer fails it on purpose (shown with the value, never hidden)
     by_design: dict[str, str] = field(default_factory=dict)
 

@@ -26,13 +26,12 @@ Users add their own with `@register_invariant("name")`; a registered check runs 
 from __future__ import annotations
 
 import copy
-import inspect
 from contextlib import nullcontext
 from functools import cached_property
 from typing import Callable, Optional
 
 import torch
-from rlbisect.check.adapter import Prepared, TrainerAdapter
+from rlbisect.check.adapter import Prepared, TrainerAdapter, accepts
 from rlbisect.check.capabilities import capabilities
 from rlbisect.check.results import CheckResult, NotApplicable, as_json, over_seeds  # noqa: F401 (re-exported)
 from rlbisect.check.thresholds import Thresholds
@@ -111,7 +110,7 @@ class CheckContext:
         optimizer steps that read gradient spent by the step before (:mod:`.optim_probe`)."""
         from rlbisect.check.optim_probe import StepLeaks, spent_gradients_poisoned
 
-        consumed: Optional[list] = [] if "observe" in inspect.signature(self.adapter.update).parameters else None
+        consumed: Optional[list] = [] if accepts(self.adapter.update, "observe") else None
 
         def update(poison: bool):
             trained = copy.deepcopy(self.model)
