@@ -221,6 +221,16 @@ command("compare", context_settings={"ignore_unknown_options": True})(compare_cm
 
 def main() -> None:
     """Console entry point: usage errors become one line on stderr and exit 2 (no usage box)."""
+    from rlbisect.startup import exit_now
+    try:
+        _main()
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        exit_now(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
+
+
+def _main() -> None:
     try:
         code = app(standalone_mode=False)
     except typer.Abort:

@@ -24,6 +24,8 @@ def check_cmd(
     runs: bool = typer.Option(False, "--runs", help="also the run-level checks: short training runs (same seed, same "
                               "rows; evaluation leaves training alone)"),
     plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
+    jobs: int = typer.Option(None, "--jobs", "-j", min=1, help="with --matrix: rows checked at once, each in a "
+                             "forked process (default: this machine's cores)"),
     thresholds: str = typer.Option(None, "--thresholds", help="fp32 (default), bf16, or a JSON file of limits"),
 ) -> None:
     """Run the step-0 invariants on one probe batch through the trainer's own code.
@@ -32,19 +34,24 @@ def check_cmd(
 
     Example: rlbisect check --bug sign_flip          (or: --adapter my_trainer/rl_adapter.py:make_adapter)
 
+    Example: rlbisect check --matrix --jobs 2 --json --plot matrix.png
+
     Example: rlbisect check --probe-seeds 1,2,3 --adapter-opt temperature=0.7 --adapter-opt loss_mode=seq_mean_token_mean
     """
     from rlbisect.check import DEFAULT_ADAPTER, check_matrix, check_seeds, load_adapter
     from rlbisect.check.adapter import parse_adapter_opts
     from rlbisect.check.invariants import as_json as to_json
     from rlbisect.check.thresholds import Thresholds
+    from rlbisect.forked import usable_cores
     from rlbisect.quiet import stdout_to_stderr
+    from rlbisect.startup import defer_dynamo
     from rlbisect.tinyagent import first_use_note
-    if plot and not matrix:
-        raise InputError("--plot draws the matrix: add --matrix")
+    if (plot or jobs) and not matrix:
+        raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")
     plot_out, spec = output_path(plot, "--plot"), adapter or DEFAULT_ADAPTER
     seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt)
     limits = Thresholds.named(thresholds)
+    defer_dynamo()        # the checks never compile: see rlbisect.startup
 
     if spec == DEFAULT_ADAPTER and (note := first_use_note()):
         typer.echo(note, err=True)
@@ -54,7 +61,8 @@ def check_cmd(
     if matrix:
         with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
             table = {row: to_json(r) for row, r in check_matrix(
-                make, seeds, limits, on_row=None if as_json else _print_matrix_row, runs=runs).items()}
+                make, seeds, limits, on_row=None if as_json else _print_matrix_row, runs=runs,
+                jobs=jobs or usable_cores()).items()}
         if plot_out:
             from rlbisect.plots import matrix_heatmap
             matrix_heatmap(table, plot_out)

@@ -16,7 +16,6 @@ from rlbisect.bisect.options import BisectOptions as B
 from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
 from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
 from rlbisect.errors import InputError, Interrupted
-from rlbisect.check.adapter import parse_adapter_opts
 from rlbisect.runlog import parse_metric_map
 
 
@@ -35,6 +34,11 @@ def output_path(path: str | None, flag: str) -> Path | None:
     if not p.parent.is_dir():
         raise InputError(f"{flag} {path}: folder {p.parent} does not exist")
     return p
+
+
+def _adapter_opts(given: list[str] | None) -> dict | None:
+    from rlbisect.check.adapter import parse_adapter_opts      # imports torch: only when asked
+    return parse_adapter_opts(given) if given else None
 
 
 def probe_seed_list(seed: int | None, probe_seeds: str | None) -> list[int]:
@@ -135,7 +139,7 @@ def run_cmd(
     outputs = {flag: output_path(p, flag) for flag, p in
                (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}
     pred = make_predicate(predicate, command_ or [], options=dict(
-        adapter=adapter, adapter_opts=parse_adapter_opts(adapter_opt) if adapter_opt else None,
+        adapter=adapter, adapter_opts=_adapter_opts(adapter_opt),
         probe_seeds=probe_seed_list(None, probe_seeds) if probe_seeds else None, runs=runs or None,
         metric=metric,
         steps=steps, seeds=seeds, max_seeds=max_seeds,

@@ -157,3 +157,14 @@ def test_a_training_step_that_raises_is_saved_and_replays_bit_for_bit(tmp_path):
     assert [h.detector for h in snap.hits] == ["raised"] and "probability tensor" in snap.hits[0].message
     replay = runner.invoke(app, ["replay", str(tmp_path / "step-000000.pt")])
     assert replay.exit_code == 0 and "post-update sha256 identical" in replay.output
+
+
+def test_the_cli_imports_torch_only_for_commands_that_need_it():
+    r = subprocess.run([sys.executable, "-c", "import sys, rlbisect.cli; print('torch' in sys.modules)"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+def test_check_jobs_needs_the_matrix():
+    r = run_main("check", "--jobs", "2")
+    assert r.returncode == 2 and "--jobs runs rows of the matrix: add --matrix" in r.stderr

@@ -8,7 +8,7 @@
     ex.close()
 
 :class:`LocalExecutor` (the default) runs each probe in a thread of this process. Threads are
-enough: every predicate does its work in a subprocess through ``run_command``, which owns the
+enough: every predicate does its work in a subprocess (``run_command``, ``run_python``), which owns the
 probe's process group, its timeout and the reaction to :data:`~rlbisect.bisect.predicates.STOP`.
 
 :class:`RayExecutor` makes each probe a Ray task that can ask for GPUs. The task materializes

@@ -275,22 +275,26 @@ def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
 
 def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], seeds: list[int],
                  thresholds: Optional[Thresholds] = None,
-                 on_row: Optional[Callable[[Optional[str], dict], None]] = None, runs: bool = False
-                 ) -> dict[str, dict[str, CheckResult]]:
+                 on_row: Optional[Callable[[Optional[str], dict], None]] = None, runs: bool = False,
+                 jobs: int = 1) -> dict[str, dict[str, CheckResult]]:
     """The checks with no fault, then once per fault switch the adapter lists in its ``faults``
-    attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks)
-    -> {"none" | fault: {check: CheckResult}}."""
+    attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks), ``jobs``
+    rows at once in forked children -> {"none" | fault: {check: CheckResult}}."""
     from rlbisect.errors import InputError
+    from rlbisect.forked import forked_map
     healthy = make_adapter(None, seeds[0])      # read for its fault list, then checked as the first row
     faults = list(getattr(healthy, "faults", None) or [])
     if not faults:
         raise InputError("--matrix runs the checks once per fault switch, and the adapter lists "
                          "none (give it a `faults` attribute)")
-    out = {}
-    for fault in [None, *faults]:
+
+    def row(fault: Optional[str]) -> dict[str, CheckResult]:
         def make(seed: int):
             return healthy if fault is None and seed == seeds[0] else make_adapter(fault, seed)
-        out[fault or "none"] = check_seeds(make, seeds, thresholds, runs)
+        return check_seeds(make, seeds, thresholds, runs)
+    out = {}
+    for fault, results in zip([None, *faults], forked_map(row, [None, *faults], jobs)):
+        out[fault or "none"] = results
         if on_row is not None:
-            on_row(fault, out[fault or "none"])
+            on_row(fault, results)
     return out

@@ -10,9 +10,10 @@ validated once), so a new kind plugs in without touching the driver::
                        default=True)
     pred = make_predicate("invariants", options={"probe_seeds": [1, 2]})
 
-Every predicate does its work in a subprocess through :func:`~.command.run_command`: it owns the
-probe's process group, kills it on timeout, on Ctrl-C (:data:`STOP`) and when rlbisect dies, and
-never lets our own failures look like a bad commit.
+Every predicate does its work in a subprocess through :func:`~.command.run_command` (rlbisect's
+own Python workers through :func:`~.warm.run_python`, forked from a server that has torch loaded):
+it owns the probe's process group, kills it on timeout, on Ctrl-C (:data:`STOP`) and when rlbisect
+dies, and never lets our own failures look like a bad commit.
 
 What a probe's outcome means (the same table for every kind):
 

@@ -24,7 +24,8 @@ from pydantic import Field
 
 from rlbisect import __version__
 from rlbisect.bisect.predicates import Options, Probe, register_predicate, tail
-from rlbisect.bisect.predicates.command import file_digests, missing_here, run_command
+from rlbisect.bisect.predicates.command import file_digests, missing_here
+from rlbisect.bisect.predicates.warm import prestart, run_python
 
 #: Exit code of the worker when the code under test raised during the checks (Python itself
 #: exits 1 on an uncaught error, e.g. when rlbisect cannot be imported: that is a skip).
@@ -66,10 +67,12 @@ class InvariantsPredicate:
         where = (self.options.adapter or "").rpartition(":")[0]
         if where.endswith(".py") and not os.path.isabs(where):
             missing_here(repo, commit, [where], "the adapter")
+        prestart()
 
-    def argv(self, worktree: Path) -> list[str]:
+    def args(self, worktree: Path) -> list[str]:
+        """The worker's arguments (``python -I -m`` this module)."""
         o = self.options
-        args = [sys.executable, "-I", "-m", __name__, str(worktree), "--episodes", str(o.episodes),
+        args = [str(worktree), "--episodes", str(o.episodes),
                 "--probe-seeds", ",".join(map(str, o.probe_seeds)), "--kl-coef", str(o.kl_coef)]
         args += ["--adapter", o.adapter] if o.adapter else []
         args += ["--runs"] if o.runs else []
@@ -78,7 +81,7 @@ class InvariantsPredicate:
         return args
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        r = run_command(self.argv(worktree), worktree, timeout)
+        r = run_python(__name__, self.args(worktree), worktree, timeout)
         output = tail(r.stderr)
         if r.interrupted:
             return Probe("skip", reason="interrupted", seconds=r.seconds, cacheable=False)
@@ -125,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlbisect.check.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter, parse_adapter_opts
     from rlbisect.check.invariants import as_json, check_seeds
+    from rlbisect.startup import defer_dynamo
+    defer_dynamo()
     p = argparse.ArgumentParser(prog="python -m " + __name__)
     p.add_argument("worktree")
     p.add_argument("--adapter", default=DEFAULT_ADAPTER)
@@ -166,4 +171,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlbisect.startup import exit_now
+    exit_now(main())

@@ -29,6 +29,7 @@ from typing import Sequence
 
 from rlbisect.bisect.predicates import PredicateError, Probe, tail
 from rlbisect.bisect.predicates.command import file_digests, missing_here, run_command
+from rlbisect.bisect.predicates.warm import prestart, run_python
 from rlbisect.runlog import RunLogError, read_rows
 
 RAISED = 3   # worker exit code: the code under test raised (see the invariants worker)
@@ -129,11 +130,12 @@ class FunctionRunner:
 
     def preflight(self, repo, commit: str) -> None:
         """A runner module is looked up in the checkout at probe time (absent: a skip)."""
+        prestart()
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
-        argv = [sys.executable, "-I", "-m", __name__, str(worktree), "--runner", self.runner,
-                "--steps", str(steps), "--seeds", ",".join(map(str, seeds))]
-        r = run_command(argv, worktree, timeout)
+        args = [str(worktree), "--runner", self.runner, "--steps", str(steps),
+                "--seeds", ",".join(map(str, seeds))]
+        r = run_python(__name__, args, worktree, timeout)
         if (stopped := _stopped(r, timeout, "the runner")) is not None:
             return Runs(failure=stopped, seconds=r.seconds)
         try:
@@ -154,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     import traceback
 
     from rlbisect.bisect.predicates.invariants import raised_in
+    from rlbisect.startup import defer_dynamo
+    defer_dynamo()
     p = argparse.ArgumentParser(prog="python -m " + __name__)
     p.add_argument("worktree")
     p.add_argument("--runner", required=True)
@@ -180,4 +184,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlbisect.startup import exit_now
+    exit_now(main())

@@ -1,0 +1,110 @@
+"""What one invariants probe and `rlbisect check` cost, before and after the start-up work.
+
+"Before" is a release of rlbisect extracted from this repository's history (default: f9d94d9, the
+last commit before issue 16), run from its own folder by PYTHONPATH; "after" is this checkout.
+Both check the same trainer code (this checkout's reference_trainer), with the starting policy
+already cached, alternating in one run; medians. Each pair of outputs is compared byte for byte:
+the check values must be identical.
+
+  probe     the worker a bisect runs per commit: before `python -m ...invariants`, after the same
+            fresh (`python -I`) and warm (forked from rlbisect's probe server, as `rlbisect run`
+            does after the server is up; its one-time start is shown too)
+  check     `rlbisect check --json`
+  matrix    `rlbisect check --matrix --json`, the chapter's eight rows (no fault + 7) and all rows
+
+Usage: python benchmarks/bench_probe.py [--before REF] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER_ADAPTER = ROOT / "benchmarks" / "chapter_rows.py"
+INVARIANTS = "rlbisect.bisect.predicates.invariants"
+
+
+def extract(ref: str, into: Path) -> Path:
+    """The release's files, read from git without touching the working tree or index."""
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref], check=True,
+                          capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, bytes]:
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, env=env, cwd=cwd, capture_output=True)
+    seconds = time.perf_counter() - t0
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.decode()[-800:]}")
+    return seconds, r.stdout
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", default="f9d94d9")
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args()
+    from rlbisect.bisect.predicates.warm import _Pool, run_python
+    with tempfile.TemporaryDirectory() as tmp:
+        old = extract(a.before, Path(tmp) / "before")
+        run_dir = Path(tmp) / "cwd"
+        run_dir.mkdir()
+        env_new = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env_old = {**os.environ, "PYTHONPATH": str(old)}
+        py = sys.executable
+        cli = ["-c", "from rlbisect.cli import main; main()"]
+        matrix8 = [*cli, "check", "--matrix", "--json", "--adapter", f"{CHAPTER_ADAPTER}:make_adapter"]
+        cases = {
+            "probe": ([py, "-m", INVARIANTS, str(ROOT)], [py, "-I", "-m", INVARIANTS, str(ROOT)]),
+            "check": ([py, *cli, "check", "--json"], [py, *cli, "check", "--json"]),
+            "matrix, 8 rows": ([py, *matrix8], [py, *matrix8]),
+            "matrix, all rows": ([py, *cli, "check", "--matrix", "--json"],
+                                 [py, *cli, "check", "--matrix", "--json"]),
+        }
+        timed([py, *cli, "check"], env_new, run_dir)      # the starting policy is cached first
+        t0 = time.perf_counter()
+        server = _Pool.take()
+        first = run_python(INVARIANTS, [str(ROOT)], ROOT, None)
+        start = time.perf_counter() - t0
+        _Pool.give(server)
+        times = {name: ([], []) for name in cases}
+        warm = []
+        outputs = {}
+        for _ in range(a.rounds):
+            for name, (before, after) in cases.items():
+                for side, argv, env in ((0, before, env_old), (1, after, env_new)):
+                    seconds, out = timed(argv, env, run_dir)
+                    times[name][side].append(seconds)
+                    outputs.setdefault((name, side), out)
+                    if outputs[(name, side)] != out:
+                        raise SystemExit(f"{name}: output differs between runs of the same code")
+            r = run_python(INVARIANTS, [str(ROOT)], ROOT, None)
+            warm.append(r.seconds)
+            if r.stdout.encode() != outputs[("probe", 0)] or r.stdout != first.stdout:
+                raise SystemExit("warm probe: check values differ from the fresh probe's")
+        _Pool.close_all()
+        print(f"{'':18} {'before':>8} {'after':>8} {'speed-up':>9}  (medians of {a.rounds}, before = {a.before})")
+        for name, (before, after) in times.items():
+            same = "identical output" if outputs[(name, 0)] == outputs[(name, 1)] else "OUTPUT DIFFERS"
+            b, f = statistics.median(before), statistics.median(after)
+            print(f"{name:18} {b:7.2f}s {f:7.2f}s {b / f:8.2f}x  {same}")
+        b = statistics.median(times["probe"][0])
+        w = statistics.median(warm)
+        print(f"{'probe, warm':18} {b:7.2f}s {w:7.2f}s {b / w:8.2f}x  identical output "
+              f"(target <= 1.0 s; the server's one-time start + first probe: {start:.2f}s)")
+
+
+if __name__ == "__main__":
+    main()
