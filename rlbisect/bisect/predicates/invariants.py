@@ -25,7 +25,7 @@ from pydantic import Field
 from rlbisect import __version__
 from rlbisect.bisect.predicates import Options, Probe, register_predicate, tail
 from rlbisect.bisect.predicates.command import file_digests, missing_here
-from rlbisect.bisect.predicates.warm import prestart, run_python
+from rlbisect.bisect.predicates.warm import run_python
 
 #: Exit code of the worker when the code under test raised during the checks (Python itself
 #: exits 1 on an uncaught error, e.g. when rlbisect cannot be imported: that is a skip).
@@ -67,7 +67,6 @@ class InvariantsPredicate:
         where = (self.options.adapter or "").rpartition(":")[0]
         if where.endswith(".py") and not os.path.isabs(where):
             missing_here(repo, commit, [where], "the adapter")
-        prestart()
 
     def args(self, worktree: Path) -> list[str]:
         """The worker's arguments (``python -I -m`` this module)."""

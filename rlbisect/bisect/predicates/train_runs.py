@@ -29,7 +29,7 @@ from typing import Sequence
 
 from rlbisect.bisect.predicates import PredicateError, Probe, tail
 from rlbisect.bisect.predicates.command import file_digests, missing_here, run_command
-from rlbisect.bisect.predicates.warm import prestart, run_python
+from rlbisect.bisect.predicates.warm import run_python
 from rlbisect.runlog import RunLogError, read_rows
 
 RAISED = 3   # worker exit code: the code under test raised (see the invariants worker)
@@ -130,7 +130,6 @@ class FunctionRunner:
 
     def preflight(self, repo, commit: str) -> None:
         """A runner module is looked up in the checkout at probe time (absent: a skip)."""
-        prestart()
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
         args = [str(worktree), "--runner", self.runner, "--steps", str(steps),

@@ -1,7 +1,7 @@
 """Warm probe workers: rlbisect's own Python probes start from an interpreter that has torch loaded.
 
 A fresh ``python -I`` pays about a second for ``import torch`` before a probe does any work
-(``benchmarks/bench_probe.py``). A warm server is started once per rlbisect process and slot: it
+(``benchmarks/bench_probe.py``). A warm server starts with the first probe of each slot: it
 imports torch and rlbisect's checker, nothing else, and then forks one child per probe. Each
 child is a copy of that same pristine interpreter, so probes stay isolated from each other (one
 probe's imports, patches and RNG draws die with its child) and deterministic (every child starts
@@ -52,12 +52,6 @@ def run_python(module: str, args: Sequence[str], cwd: Path, timeout: float | Non
                 return result
             server.close()
     return run_command([sys.executable, "-I", "-m", module, *args], cwd, timeout)
-
-
-def prestart() -> None:
-    """Start a server now, so torch loads while the first checkout is made."""
-    if hasattr(os, "fork") and os.environ.get("RLBISECT_COLD") != "1":
-        _Pool.give(_Pool.take())
 
 
 class _Server:
