@@ -3,16 +3,16 @@
 Measured on 2 cores (``benchmarks/bench_probe.py``): importing torch takes about 1 s, and the
 first optimizer another 1 s, because eager torch code reaches into ``torch._dynamo`` only to say
 "do not compile this": ``Optimizer.add_param_group`` and friends are wrapped by
-``torch._disable_dynamo``, and every ``Optimizer.step`` calls ``torch._dynamo.graph_break()``.
+``torch._disable_dynamo``, and every optimizer's ``step`` calls ``torch._dynamo.graph_break()``.
 Either imports all of ``torch._dynamo`` (sympy, fx, the inductor registrations). Interpreter exit
 then tears down every module torch loaded.
 
-- :func:`defer_dynamo` puts a placeholder in ``sys.modules["torch._dynamo"]`` that answers those
-  two calls the way dynamo does outside compilation (``graph_break`` does nothing; ``disable``
-  returns the function, which runs unchanged) and swaps in the real package the moment anything
-  else is asked of it (any other attribute, any submodule import). Nothing can be compiling
-  before the real package is loaded, because ``torch.compile`` asks it for more than those two;
-  so eager code runs the same kernels and gives the same numbers (tests/test_startup.py).
+- :func:`defer_dynamo` gives those wrappers stand-ins that do what torch's do for as long as
+  ``torch._dynamo`` is not loaded, and hand over to torch's own the moment it is. Nothing can be
+  compiling before it is loaded (``torch.compile`` loads it), and outside compilation "do not
+  compile" and ``graph_break`` do nothing: the same eager kernels run, the same numbers come out
+  (tests/test_startup.py). Only functions torch has loaded are touched, and nothing is put in
+  ``sys.modules``: whoever imports ``torch._dynamo`` gets the real one, when it asks.
 - :func:`exit_now` ends rlbisect's processes (the CLI, probe workers) without that teardown.
 """
 
@@ -20,77 +20,97 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib
-import importlib.abc
 import os
 import sys
 import threading
 import types
+import warnings
 
-_NAME = "torch._dynamo"
-_lock = threading.RLock()
-
-
-class _DynamoUntilUsed(types.ModuleType):
-    """Stands in for ``torch._dynamo`` until something needs more than its two eager no-ops."""
-
-    @staticmethod
-    def graph_break(msg: str = "") -> None:
-        """Outside compilation dynamo's own graph_break does nothing either."""
-
-    @staticmethod
-    def disable(fn=None, recursive: bool = True, **kwargs):
-        if fn is None:
-            return functools.partial(_DynamoUntilUsed.disable, recursive=recursive, **kwargs)
-
-        disabled = []
-
-        @functools.wraps(fn)
-        def until_dynamo(*args, **kw):
-            if disabled:
-                return disabled[0](*args, **kw)
-            real = sys.modules.get(_NAME)
-            if real is None or isinstance(real, _DynamoUntilUsed):
-                return fn(*args, **kw)       # nothing is compiling: "disable" has nothing to do
-            disabled.append(real.disable(fn, recursive, **kwargs))
-            return disabled[0](*args, **kw)
-        return until_dynamo
-
-    def __getattr__(self, name: str):
-        return getattr(_materialize(), name)
+_DYNAMO = "torch._dynamo"
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """A submodule import (``torch._dynamo.config``) needs the real package first."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname.startswith(_NAME + ".") and isinstance(sys.modules.get(_NAME), _DynamoUntilUsed):
-            _materialize()
-        return None
-
-
-def _materialize() -> types.ModuleType:
-    with _lock:
-        module = sys.modules.get(_NAME)
-        if isinstance(module, _DynamoUntilUsed):
-            del sys.modules[_NAME]
-            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
-            module = importlib.import_module(_NAME)     # also rebinds torch._dynamo
-        return module
+def defer_dynamo() -> int:
+    """Put the stand-ins in place (before the first optimizer is built) -> how many."""
+    if _DYNAMO in sys.modules:
+        return 0
+    import torch._compile
+    from torch.optim import optimizer
+    codes = (torch._compile._disable_dynamo(lambda: None).__code__,
+             optimizer._use_grad_for_differentiable(lambda self: None).__code__)
+    done, classes = 0, set()
+    with warnings.catch_warnings():     # touching deprecated aliases warns
+        warnings.simplefilter("ignore")
+        for name, module in list(sys.modules.items()):
+            if module is not None and (name == "torch" or name.startswith("torch.")):
+                done += _defer_in(module, codes, classes)
+    return done
 
 
-def defer_dynamo() -> bool:
-    """Install the placeholder (once, before anything has imported ``torch._dynamo``) -> whether
-    it is in place. For rlbisect's own probe processes and ``rlbisect check``: they never compile."""
+def _defer_in(module: types.ModuleType, codes: tuple, classes: set) -> int:
+    disable, use_grad = codes
+    done = 0
+    for value in list(vars(module).values()):      # vars(): getattr on some torch modules initialises devices
+        owner = value if isinstance(value, type) and value not in classes else None
+        if owner is not None:
+            classes.add(owner)
+        for attr, fn in (list(vars(owner).items()) if owner is not None else [(None, value)]):
+            if not isinstance(fn, types.FunctionType):
+                continue
+            if fn.__code__ is use_grad and owner is not None:
+                setattr(owner, attr, _eager_step(fn))
+                done += 1
+            # torch's disable wrapper, or one a wrapper holds (the optimizers' functional forms)
+            done += sum(_seed(g) for g in (fn, *_held(fn)) if g.__code__ is disable)
+    return done
+
+
+def _held(fn: types.FunctionType) -> list[types.FunctionType]:
+    out = []
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:          # a cell not filled yet
+            continue
+        if isinstance(value, types.FunctionType):
+            out.append(value)
+    return out
+
+
+def _seed(wrapper: types.FunctionType) -> int:
+    """``torch._disable_dynamo`` caches the disabled function as ``fn.__dynamo_disable``."""
+    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or ()))
+    fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
+    if getattr(fn, "__dynamo_disable", None) is not None:
+        return 0
+    disabled = []
+
+    @functools.wraps(fn)
+    def until_dynamo(*args, **kwargs):
+        if not disabled and _DYNAMO not in sys.modules:
+            return fn(*args, **kwargs)              # nothing is compiling: nothing to disable
+        if not disabled:
+            disabled.append(sys.modules[_DYNAMO].disable(fn, recursive, wrapping=False))
+        return disabled[0](*args, **kwargs)
+    setattr(fn, "__dynamo_disable", until_dynamo)
+    return 1
+
+
+def _eager_step(torch_step: types.FunctionType) -> types.FunctionType:
+    """An optimizer's ``step`` as torch wraps it, minus the graph breaks while nothing compiles."""
     import torch
-    with _lock:
-        if _NAME in sys.modules:
-            return isinstance(sys.modules[_NAME], _DynamoUntilUsed)
-        placeholder = _DynamoUntilUsed(_NAME, "placeholder until torch._dynamo is needed (rlbisect.startup)")
-        sys.modules[_NAME] = placeholder
-        torch._dynamo = placeholder
-        sys.meta_path.insert(0, _Finder())
-        return True
+    step = torch_step.__wrapped__
+
+    @functools.wraps(step)
+    def eager_step(*args, **kwargs):
+        if _DYNAMO in sys.modules:
+            return torch_step(*args, **kwargs)
+        previous = torch.is_grad_enabled()
+        try:
+            torch.set_grad_enabled(args[0].defaults["differentiable"])
+            return step(*args, **kwargs)
+        finally:
+            torch.set_grad_enabled(previous)
+    return eager_step
 
 
 def exit_now(code: int) -> None:
