@@ -33,10 +33,13 @@ def defer_dynamo() -> int:
     """Put the stand-ins in place (before the first optimizer is built) -> how many."""
     if _DYNAMO in sys.modules:
         return 0
-    import torch._compile
-    from torch.optim import optimizer
-    codes = (torch._compile._disable_dynamo(lambda: None).__code__,
-             optimizer._use_grad_for_differentiable(lambda self: None).__code__)
+    try:
+        import torch._compile
+        from torch.optim import optimizer
+        codes = (torch._compile._disable_dynamo(lambda: None).__code__,
+                 optimizer._use_grad_for_differentiable(lambda self: None).__code__)
+    except (ImportError, AttributeError):    # a torch without these wrappers: nothing to defer
+        return 0
     done, classes = 0, set()
     with warnings.catch_warnings():     # touching deprecated aliases warns
         warnings.simplefilter("ignore")
