@@ -20,15 +20,15 @@ bits, ``m_ik`` the predicted failure rate of a run at ``i`` if the culprit is ``
 information). Repeats happen when they are the most informative run; ties go to the lower position.
 
 Stop (:meth:`FlakySearch.decide`): ``found`` (``good_fails`` for ``k = 0``, ``no_regression`` for
-``k = n + 1``) once the top posterior reaches :meth:`~FlakySearch.stop_level`, ``1 - (1 -
-confidence) / margin``, the margin 12 (0.9958 for 0.95) while the failure rate from the culprit on
-looks clean (posterior mean ``E[f1] >= 0.98``), 6 once it looks noisy (``<= 0.85``), geometric in
-between. A clean-looking posterior rests on a dozen runs and the prior's point mass on a clean
-predicate: a bad side that passes half the time looks clean that long in a few percent of bisects,
-and half of those stops name a wrong commit. A noisy-looking one has learned its rates from 30-100
-runs and is calibrated: at margin 6, 8 of 1326 such simulated stops were wrong (nominal 0.8%), at
-12, 7 of 1330, for 4-7% more runs. ``skipped``: a run of skipped commits can no longer be split;
-``unknown``: the budget is spent.
+``k = n + 1``) once the top posterior reaches ``1 - (1 - confidence) / MARGIN`` (0.9917 for 0.95)
+*and* the same culprit's posterior under :func:`~rlbisect.bisect.bayes_fit.agnostic_prior`
+(every rate pair with the gap equally likely) reaches ``1 - (1 - confidence) / AGNOSTIC_MARGIN``
+(0.985). The second condition is there because a dozen runs that look clean are explained by the
+prior's point mass on a clean predicate: when the truth is a rise from 0.2 to 0.6, such runs
+happen by chance in a few percent of bisects and half of those stops named a wrong commit with
+the first condition alone. The agnostic posterior does not lean on that mass, so those stops wait
+for the runs that tell the two apart; on a clean predicate it costs about one run. ``skipped``: a
+run of skipped commits can no longer be split; ``unknown``: the budget is spent.
 
 Fit (:mod:`rlbisect.bisect.bayes_fit`). Before any answer, a posterior predictive check: does one
 step explain the runs, or does a side hold a second step (a band, two regressions, a drift) or fail
@@ -46,14 +46,13 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from rlbisect.bisect.bayes_fit import (AFTER_GRID, BEFORE_GRID, describe_misfit, entropy_bits,
-                                       fit_pvalue, grid_loglik, rate_prior, summary)
+from rlbisect.bisect.bayes_fit import (AFTER_GRID, BEFORE_GRID, agnostic_prior, describe_misfit,
+                                       entropy_bits, fit_pvalue, grid_loglik, rate_prior, summary)
 from rlbisect.bisect.search import Verdict
 
 END_PRIOR = 0.02        #: prior of k = 0 and of k = n + 1 each
-MARGIN = 12.0           #: stop at posterior 1 - (1 - confidence) / MARGIN while the runs look clean
-MARGIN_NOISY = 6.0      #: ... and at 1 - (1 - confidence) / MARGIN_NOISY once they look noisy
-NOISY_AFTER, CLEAN_AFTER = 0.85, 0.98   #: E[f1] at which they look noisy, clean
+MARGIN = 6.0            #: name a culprit at posterior 1 - (1 - confidence) / MARGIN ...
+AGNOSTIC_MARGIN = 10 / 3   #: ... and 1 - (1 - confidence) / AGNOSTIC_MARGIN under the agnostic prior
 FIT_ALPHA = 0.01        #: misfit below this posterior predictive p-value
 FIT_ALPHA_EARLY, FIT_EVERY = 0.001, 16   #: the stricter check every 16 runs, from run 32 on
 
@@ -100,6 +99,7 @@ class FlakySearch:
             self._log_pk = np.log(np.concatenate(
                 [[end_prior], (1 - 2 * end_prior) * prior / prior.sum(), [end_prior]]))
         self.weights = w / w.sum()
+        self.agnostic = agnostic_prior(self.before, self.after)
         # runs per position 0..n by verdict
         self.goods, self.bads, self.skips = (np.zeros(n + 1, dtype=int) for _ in range(3))
         self.skipped: set[int] = set()
@@ -132,18 +132,22 @@ class FlakySearch:
             e0, e1 = np.exp(l0 - m0[:, None]), np.exp(l1 - m1[:, None])
             cond = e0[:, :, None] * self.weights[None] * e1[:, None, :]  # [k, f0, f1]
             ev = cond.sum(axis=(1, 2))
+            ev_flat = np.einsum("ka,ab,kb->k", e0, self.agnostic, e1)
             with np.errstate(divide="ignore", invalid="ignore"):
-                logp = self._log_pk + np.log(ev) + m0 + m1
+                post, flat = (_normalized(self._log_pk + np.log(e) + m0 + m1)
+                              for e in (ev, ev_flat))
                 cond = np.where(ev[:, None, None] > 0, cond / ev[:, None, None], 0.0)
-            post = np.exp(logp - logp.max())
-            post /= post.sum()
-            self._cache = {"post": post, "cond": cond,
+            self._cache = {"post": post, "flat": flat, "cond": cond,
                            "f0": cond.sum(axis=2) @ self.before,   # E[f0 | k]
                            "f1": cond.sum(axis=1) @ self.after}    # E[f1 | k]
         return self._cache
 
     def culprit_posterior(self) -> np.ndarray:   # P(culprit = k) for k = 0..n+1
         return self._update()["post"]
+
+    def agnostic_posterior(self) -> np.ndarray:
+        """P(culprit = k) under :func:`agnostic_prior` instead of the default rate prior."""
+        return self._update()["flat"]
 
     def joint(self) -> np.ndarray:
         """P(k, f0, f1), shape ``(n + 2, len(before_grid), len(after_grid))``."""
@@ -215,12 +219,10 @@ class FlakySearch:
         order = sorted(range(self.n + 2), key=lambda k: (-post[k], k))
         return [(k, float(post[k])) for k in order[:count]]
 
-    def stop_level(self, confidence: float) -> float:
-        """The posterior at which the likeliest culprit is named (module docstring: Stop). For
-        ``k = 0`` or ``n + 1`` one side has no runs, so its rate says nothing: the clean level."""
-        c = self._update()
-        best = int(np.argmax(c["post"]))
-        return needed(confidence, 1.0 if best in (0, self.n + 1) else float(c["f1"][best]))
+    def stop_levels(self, confidence: float) -> tuple[float, float]:
+        """The posteriors a culprit needs, under the default and the agnostic rate prior, before
+        it is named (module docstring: Stop)."""
+        return needed(confidence, MARGIN), needed(confidence, AGNOSTIC_MARGIN)
 
     def fit(self) -> float:
         """Posterior predictive p-value that one step explains the runs (:mod:`bayes_fit`)."""
@@ -251,9 +253,10 @@ class FlakySearch:
         next probe. ``runs`` counts against ``max_runs`` (default: every observation so far)."""
         if not 0.5 < confidence < 1:
             raise ValueError("confidence must be between 0.5 and 1 (exclusive)")
-        post, n, need = self.culprit_posterior(), self.n, self.stop_level(confidence)
+        post, n = self.culprit_posterior(), self.n
+        need, need_flat = self.stop_levels(confidence)
         best = int(np.argmax(post))  # argmax returns the first maximum: lowest on ties
-        if post[best] >= need:
+        if post[best] >= need and self.agnostic_posterior()[best] >= need_flat:
             return self._answer(best, float(post[best]))
         mass = {blk: float(post[list(blk)].sum()) for blk in self.blocks()}
         blk = max(mass, key=lambda b: (mass[b], -b[0]))
@@ -281,11 +284,14 @@ class FlakySearch:
         return (goods[-1] if goods else None), (bads[0] if bads else None)
 
 
-def needed(confidence: float, after: float = 1.0) -> float:
-    """The posterior at which a culprit is named when ``after`` is the posterior mean failure rate
-    from it on: MARGIN_NOISY up to NOISY_AFTER, MARGIN from CLEAN_AFTER, geometric between."""
-    w = min(max((after - NOISY_AFTER) / (CLEAN_AFTER - NOISY_AFTER), 0.0), 1.0)
-    return 1 - (1 - confidence) / (MARGIN_NOISY * (MARGIN / MARGIN_NOISY) ** w)
+def needed(confidence: float, margin: float = MARGIN) -> float:
+    """The posterior ``1 - (1 - confidence) / margin``."""
+    return 1 - (1 - confidence) / margin
+
+
+def _normalized(logp: np.ndarray) -> np.ndarray:
+    p = np.exp(logp - logp.max())
+    return p / p.sum()
 
 
 def default_max_runs(n: int) -> int:

@@ -1,8 +1,8 @@
 """The numbers behind bayes.py: its rate prior, and the check that one step explains the runs.
 
 Pure: numpy only. :func:`rate_prior` is the prior over (failure rate before the culprit, rate
-from it on) that ``bayes`` documents; :func:`grid_loglik`, :func:`entropy_bits` and
-:func:`summary` are the arithmetic of its posterior.
+from it on) that ``bayes`` documents, :func:`agnostic_prior` the flat one its stop also asks;
+:func:`grid_loglik`, :func:`entropy_bits` and :func:`summary` are the arithmetic of its posterior.
 
 Fit. The model says every commit before the culprit fails at one rate and every commit from it on
 at another. A history can break that: the predicate is bad only in a band of commits, it got
@@ -52,6 +52,16 @@ def rate_prior(before: Sequence[float] = BEFORE_GRID,
              (P_SYMMETRIC, (np.isclose(a + b, 1) & (a > 0) & ok) * lean[:, None]),
              (1 - P_CLEAN - P_SYMMETRIC, product)]
     w = sum(p * m / m.sum() for p, m in parts if m.sum() > 0)
+    return w / w.sum()
+
+
+def agnostic_prior(before: Sequence[float] = BEFORE_GRID,
+                   after: Sequence[float] = AFTER_GRID) -> np.ndarray:
+    """Every ``(f0, f1)`` with the gap equally likely: no lean towards a clean predicate, so a
+    rise from 0.2 to 0.6 weighs as much as no flips at all (every pair if none has the gap)."""
+    a, b = np.meshgrid(np.asarray(before, float), np.asarray(after, float), indexing="ij")
+    ok = (b - a >= MIN_GAP - 1e-9).astype(float)
+    w = ok if ok.sum() else np.ones_like(ok)
     return w / w.sum()
 
 

@@ -137,7 +137,7 @@ def test_each_case_finds_the_culprit_with_confidence(case):
     outcomes = six_cases()[case]
     right = [d.p for k, d, _ in outcomes if d.status == "found" and d.first_bad == k]
     assert len(right) >= 19, [(k, d.status, d.first_bad) for k, d, _ in outcomes]
-    assert min(right) >= bayes.needed(0.95, after=0.0)     # at least the noisy level
+    assert min(right) >= bayes.needed(0.95)
 
 
 def test_wrong_culprits_with_exit_0_stay_rare_and_the_fit_check_rarely_cries_wolf():
@@ -246,7 +246,7 @@ def test_without_flips_it_is_binary_search_plus_a_few_confirmations():
     n, runs = 63, []                                 # a 64-commit history: GOOD + 63
     for k in range(1, n + 1):
         out = simulate(n, lambda i: "bad" if i >= k else "good")
-        assert out.decision.first_bad == k and out.decision.p >= bayes.needed(0.95, after=0.0)
+        assert out.decision.first_bad == k and out.decision.p >= bayes.needed(0.95)
         runs.append(len(out.runs))
         lo, hi, j = 0, n, 0    # until the culprit is cornered, each run (nearly) halves [lo, hi]
         while hi - lo > 1 and j < len(out.runs):
@@ -255,8 +255,8 @@ def test_without_flips_it_is_binary_search_plus_a_few_confirmations():
             lo, hi, j = *((lo, pos) if pos >= k else (pos, hi)), j + 1
         # then confirmations at k - 1 and k (at most one run elsewhere, against a noisy k)
         assert j <= 8 and sum(p not in (k - 1, k) for p in out.runs[j:]) <= 1, (k, out.runs)
-    # measured: mean 12.4 runs (ceil(log2 63) = 6 to corner it, about 6 to confirm), max 14
-    assert np.mean(runs) <= 13 and max(runs) <= 15, (np.mean(runs), max(runs))
+    # measured: mean 13.6 runs (ceil(log2 63) = 6 to corner it, about 7 to confirm), max 15
+    assert np.mean(runs) <= 14 and max(runs) <= 15, (np.mean(runs), max(runs))
 
 
 def test_it_stops_exactly_when_the_top_posterior_reaches_the_stop_level():
@@ -264,11 +264,34 @@ def test_it_stops_exactly_when_the_top_posterior_reaches_the_stop_level():
     for conf in (0.8, 0.95, 0.99):
         s = FlakySearch(20)
         while (d := s.decide(conf)).status == "probe":
-            assert s.culprit_posterior().max() < s.stop_level(conf) <= bayes.needed(conf)
+            need, need_flat = s.stop_levels(conf)
+            best = int(np.argmax(s.culprit_posterior()))
+            assert s.culprit_posterior()[best] < need or s.agnostic_posterior()[best] < need_flat
             truth = d.probe >= 13
             s.observe(d.probe, "bad" if truth != (rng.random() < 0.1) else "good")
         assert d.status == "found" and d.p == pytest.approx(s.culprit_posterior().max())
-        assert d.p >= s.stop_level(conf) and d.first_bad == int(np.argmax(s.culprit_posterior()))
+        need, need_flat = s.stop_levels(conf)
+        assert d.first_bad == int(np.argmax(s.culprit_posterior())) and d.p >= need
+        assert s.agnostic_posterior()[d.first_bad] >= need_flat
+
+
+def test_runs_that_only_look_clean_do_not_name_a_culprit_on_the_clean_prior_alone():
+    # a rise from 0.05 to 0.5 with the culprit at 24 (benchmark seed 2024, history 1): 30, 45,
+    # 53 and 58 are bad yet passed, 58 six times; 59 and 61 failed. The default prior reads this
+    # as a clean predicate with the culprit at 59, past its level; the agnostic prior does not
+    s = FlakySearch(63)
+    for pos, verdict, times in [(30, "good", 1), (45, "good", 1), (53, "good", 1),
+                                (58, "good", 6), (59, "bad", 3), (61, "bad", 1)]:
+        for _ in range(times):
+            s.observe(pos, verdict)
+    need, need_flat = s.stop_levels(0.95)
+    assert int(np.argmax(s.culprit_posterior())) == 59 and s.culprit_posterior()[59] >= need
+    assert s.agnostic_posterior()[59] < need_flat
+    assert s.decide().status == "probe"
+    for _ in range(3):                  # the same runs from a clean predicate do end the search
+        s.observe(58, "good")
+        s.observe(59, "bad")
+    assert s.decide().first_bad == 59
 
 
 def test_higher_confidence_costs_more_runs_on_average():
@@ -380,5 +403,5 @@ def test_bad_input_is_refused():
 def test_the_default_budget_grows_with_the_range():
     assert bayes.default_max_runs(1) == 80 and bayes.default_max_runs(63) == 280
     assert bayes.needed(0.95) == pytest.approx(1 - 0.05 / bayes.MARGIN)
-    assert bayes.needed(0.95, after=0.5) == pytest.approx(1 - 0.05 / bayes.MARGIN_NOISY)
-    assert bayes.needed(0.95, 0.5) < bayes.needed(0.95, 0.9) < bayes.needed(0.95, 0.99)
+    assert FlakySearch(5).stop_levels(0.95) == (bayes.needed(0.95),
+                                                bayes.needed(0.95, bayes.AGNOSTIC_MARGIN))
