@@ -37,9 +37,9 @@ def likelihood(obs: list[tuple[int, str]], k: int, f0: float, f1: float) -> floa
     return p
 
 
-def brute_force(n: int, obs: list[tuple[int, str]]) -> np.ndarray:
-    """P(k, f0, f1) by multiplying every run's likelihood, one at a time."""
-    w = bayes_fit.rate_prior(BEFORE, AFTER)
+def brute_force(n: int, obs: list[tuple[int, str]], w: np.ndarray | None = None) -> np.ndarray:
+    """P(k, f0, f1) by multiplying every run's likelihood, one at a time (rate prior ``w``)."""
+    w = bayes_fit.rate_prior(BEFORE, AFTER) if w is None else w
     pk = [bayes.END_PRIOR] + [(1 - 2 * bayes.END_PRIOR) / n] * n + [bayes.END_PRIOR]
     joint = np.zeros((n + 2, len(BEFORE), len(AFTER)))
     for k, (a, f0), (b, f1) in itertools.product(range(n + 2), enumerate(BEFORE),
@@ -88,6 +88,8 @@ def test_posterior_matches_brute_force_enumeration(n):
         joint = brute_force(n, obs)
         np.testing.assert_allclose(s.joint(), joint, atol=1e-12)
         np.testing.assert_allclose(s.culprit_posterior(), joint.sum(axis=(1, 2)), atol=1e-12)
+        flat = brute_force(n, obs, bayes_fit.agnostic_prior(BEFORE, AFTER))
+        np.testing.assert_allclose(s.agnostic_posterior(), flat.sum(axis=(1, 2)), atol=1e-12)
         np.testing.assert_allclose(s.p_bad(), np.cumsum(joint.sum(axis=(1, 2)))[:-1],
                                    atol=1e-12)
 
@@ -100,18 +102,19 @@ def test_information_gain_matches_brute_force(n):
         s = coarse(n)
         for o in obs:
             s.observe(*o)
-        culprit = brute_force(n, obs).sum(axis=(1, 2))
+        # runs are chosen under the even mix of the default and the agnostic prior
+        w = (bayes_fit.rate_prior(BEFORE, AFTER) + bayes_fit.agnostic_prior(BEFORE, AFTER)) / 2
+        culprit = brute_force(n, obs, w).sum(axis=(1, 2))
         gain = s.information_gain()
         for i in range(n + 1):
             # P(bad at i) = P(bad, obs) / P(obs), both by enumeration over (k, f0, f1)
             def evidence(extra):
-                w = bayes_fit.rate_prior(BEFORE, AFTER)
                 pk = [bayes.END_PRIOR] + [(1 - 2 * bayes.END_PRIOR) / n] * n + [bayes.END_PRIOR]
                 return sum(pk[k] * w[a, b] * likelihood(obs + extra, k, f0, f1)
                            for k, (a, f0), (b, f1) in itertools.product(
                                range(n + 2), enumerate(BEFORE), enumerate(AFTER)))
             p_bad = evidence([(i, "bad")]) / evidence([])
-            after = {v: brute_force(n, obs + [(i, v)]).sum(axis=(1, 2)) for v in ("good", "bad")}
+            after = {v: brute_force(n, obs + [(i, v)], w).sum(axis=(1, 2)) for v in ("good", "bad")}
             expected = entropy(culprit) - (p_bad * entropy(after["bad"])
                                            + (1 - p_bad) * entropy(after["good"]))
             assert gain[i] == pytest.approx(expected, abs=1e-9)
@@ -248,11 +251,19 @@ def test_without_flips_it_is_binary_search_plus_a_few_confirmations():
         out = simulate(n, lambda i: "bad" if i >= k else "good")
         assert out.decision.first_bad == k and out.decision.p >= bayes.needed(0.95)
         runs.append(len(out.runs))
-        lo, hi, j = 0, n, 0    # until the culprit is cornered, each run (nearly) halves [lo, hi]
+        # until the culprit is cornered, each run nearly halves [lo, hi] (the mixed prior the
+        # runs are chosen on keeps some mass where one run ruled it out, which moves the split
+        # a little and, on 2 of the 63 histories, re-checks one commit outside)
+        lo, hi, j, outside = 0, n, 0, 0
         while hi - lo > 1 and j < len(out.runs):
             pos = out.runs[j]
-            assert lo <= pos <= hi and abs((pos - lo) - (hi - pos)) <= 3, (k, out.runs)
-            lo, hi, j = *((lo, pos) if pos >= k else (pos, hi)), j + 1
+            if lo <= pos <= hi:
+                assert abs((pos - lo) - (hi - pos)) <= 5, (k, out.runs)
+                lo, hi = (lo, pos) if pos >= k else (pos, hi)
+            else:
+                outside += 1
+            j += 1
+        assert outside <= 1, (k, out.runs)
         # then confirmations at k - 1 and k (at most one run elsewhere, against a noisy k)
         assert j <= 8 and sum(p not in (k - 1, k) for p in out.runs[j:]) <= 1, (k, out.runs)
     # measured: mean 13.6 runs (ceil(log2 63) = 6 to corner it, about 7 to confirm), max 15
