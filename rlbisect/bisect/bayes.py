@@ -104,6 +104,7 @@ class FlakySearch:
                 [[end_prior], (1 - 2 * end_prior) * prior / prior.sum(), [end_prior]]))
         self.weights = w / w.sum()
         self.agnostic = agnostic_prior(self.before, self.after)
+        self.mixed = (self.weights + self.agnostic) / 2      # what runs are chosen on
         # runs per position 0..n by verdict
         self.goods, self.bads, self.skips = (np.zeros(n + 1, dtype=int) for _ in range(3))
         self.skipped: set[int] = set()
@@ -142,9 +143,9 @@ class FlakySearch:
                     post = _normalized(self._log_pk + np.log(ev) + m0 + m1)
                     return post, np.where(ev[:, None, None] > 0, cond / ev[:, None, None], 0.0)
             post, cond = posterior(self.weights)
-            mix, mix_cond = posterior((self.weights + self.agnostic) / 2)
+            mix, mix_cond = posterior(self.mixed)
             self._cache = {"post": post, "cond": cond, "flat": posterior(self.agnostic)[0],
-                           "mix": mix,                                       # runs are chosen on it
+                           "mix": mix,
                            "f0": mix_cond.sum(axis=2) @ self.before,       # E[f0 | k], mixed prior
                            "f1": mix_cond.sum(axis=1) @ self.after}        # E[f1 | k], mixed prior
         return self._cache
@@ -178,7 +179,7 @@ class FlakySearch:
 
     def information_gain(self) -> np.ndarray:
         """Expected bits learned about the culprit from one more run at each position 0..n
-        (0 for skipped positions)."""
+        (0 for skipped positions), under the even mix of the two priors (module docstring)."""
         c = self._update()
         p, a, b, n = c["mix"], c["f0"], c["f1"], self.n
         # a run at i is on the bad side exactly for the culprits k <= i
