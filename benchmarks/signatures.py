@@ -1,5 +1,5 @@
 """Reproduce the chapter's runs on TinyAgent and print each as mean(first 4 steps) -> mean(last 4),
-plus the final held-out pass rate. Usage: python benchmarks/signatures.py   (about a minute)"""
+plus the final held-out pass rate (seed 0; the length-bias pair on seed 1). Usage: python benchmarks/signatures.py   (about a minute)"""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ RUNS = [  # name, steps, bug, config knobs, metrics shown
     ("lr 1e-2", 8, None, {"lr": 1e-2}, ["reward", "approx_kl", "malformed", "entropy"]),
     ("accum_local", 24, "accum_local", {}, ["reward", "grad_norm", "malformed"]),
     ("entropy_sign", 24, "entropy_sign", {}, ["reward", "entropy", "reads", "zero_adv_fail"]),
-    ("12 turns", 16, None, {"max_turns": 12}, ["reward", "length_pass", "length_fail", "turns", "reads"]),
-    ("length bias", 16, None, {"max_turns": 12, "loss_mode": "seq_mean_token_mean"},
+    # the length-bias pair on RL seed 1; on seed 0 token_mean's failing episodes grow long too
+    # (bench_length_bias.py runs the pair seed by seed)
+    ("12 turns", 16, None, {"max_turns": 12, "seed": 1}, ["reward", "length_pass", "length_fail", "turns", "reads"]),
+    ("length bias", 16, None, {"max_turns": 12, "seed": 1, "loss_mode": "seq_mean_token_mean"},
      ["reward", "length_pass", "length_fail", "turns", "reads"]),
     ("public reward", 24, None, {"reward": "public"}, ["reward", "pass_rate", "hardcode", "reads"]),
     ("KL 0.1", 8, None, {"kl_coef": 0.1}, ["reward", "kl_ref"]),

@@ -1,8 +1,12 @@
 """The starting policy: behaviour cloning of scripted demonstrations, built once and cached.
 
-The demonstrations are a mixture (BaseConfig.mix_*): a few read and copy the revealed fix, more read
-and then guess anyway, many guess blind, some edit-and-test, a few use the hardcode exploit, a few
-open with a malformed call, a few stall until the turn budget runs out. The cloned policy therefore starts near the blind-guess pass rate, reads
+The demonstrations are a mixture (BaseConfig.mix_*): a few read and copy a fix the read admitted
+(most of them then test it), more read and then guess anyway, many guess blind, some guess and test,
+a few use the hardcode exploit, a few open with a malformed call, a few stall until the turn budget
+runs out. A demonstrator that tests submits a pass but never a fix the tests reject: it edits once,
+so with nothing else to try it re-runs the tests, a turn without progress, until the budget runs
+out. A lost episode can therefore end short or long, which is the choice the loss aggregation
+biases (README, Length bias). The cloned policy therefore starts near the blind-guess pass rate, reads
 sometimes and can copy, which is what RL then amplifies. Every demonstration is played through the
 real environment, so tokens and owners are exactly what the sampler would produce.
 
@@ -34,23 +38,22 @@ def _script(kind: str, task: Task, rng: random.Random, env_cfg: EnvConfig):
     if kind == "malformed":
         yield rng.choice(MALFORMED_CALLS)
         kind = "guess"
-    if kind in ("read_copy", "read_guess"):
+    if kind in ("read_copy", "read_test", "read_guess"):
         obs = yield "<call> read <end>"
-        fix = int(obs.split()[-1]) if kind == "read_copy" else guess()
+        fix = guess() if kind == "read_guess" else rng.choice([int(w) for w in obs.split()[2:]])   # one of the admitted
         yield f"<call> edit {fix} <end>"
-    elif kind == "guess":
+    elif kind in ("guess", "test"):
         yield f"<call> edit {guess()} <end>"
-    elif kind == "test":
-        for _ in range(2):
-            yield f"<call> edit {guess()} <end>"
-            if (yield "<call> test <end>") == "<obs> pass":
-                break
     elif kind == "hardcode":
         yield "<call> hardcode_tests <end>"
     elif kind == "stall":        # never submits: the budget runs out and the episode earns 0
         yield f"<call> edit {guess()} <end>"
         while True:
             yield "<call> test <end>"
+    if kind in ("read_test", "test"):   # test the edit: submit a pass; a fix the tests reject is never
+        if (yield "<call> test <end>") == "<obs> fail":   # submitted, and with nothing else to try the
+            while True:                                   # tests are re-run until the budget runs out
+                yield "<call> test <end>"
     yield "<call> submit <end>"
 
 
@@ -71,7 +74,7 @@ def demonstration(kind: str, task: Task, tok: Tokenizer, rng: random.Random, env
 
 def demonstrations(tasks: list[Task], tok: Tokenizer, cfg: BaseConfig, env_cfg: EnvConfig) -> list[Trajectory]:
     rng = random.Random(cfg.seed)
-    kinds = ["read_copy", "read_guess", "guess", "test", "hardcode", "malformed", "stall"]
+    kinds = ["read_copy", "read_test", "read_guess", "guess", "test", "hardcode", "malformed", "stall"]
     weights = [getattr(cfg, f"mix_{k}") for k in kinds]
     return [demonstration(rng.choices(kinds, weights)[0], rng.choice(tasks), tok, rng, env_cfg)
             for _ in range(cfg.demos)]
@@ -97,6 +100,8 @@ def _clone(demos, tok, cfg, policy_cfg) -> Policy:
     ids = torch.tensor([d.ids + [tok.pad_id] * (T - len(d.ids)) for d in demos])                     # [N, T]
     owner = torch.tensor([d.owner + [OWNER["pad"]] * (T - len(d.owner)) for d in demos])
     mask = (owner[:, 1:] == OWNER["policy"]).float()                                                  # [N, T-1]
+    total = cfg.epochs * -(-len(demos) // cfg.batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1 - k / total if cfg.lr_decay else 1.0)
     for _ in range(cfg.epochs):
         for rows in torch.randperm(len(demos), generator=gen).split(cfg.batch_size):
             logits = model(ids[rows])[:, :-1]
@@ -105,6 +110,7 @@ def _clone(demos, tok, cfg, policy_cfg) -> Policy:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
     return model.eval()
 
 

@@ -35,18 +35,28 @@ class PolicyConfig(_Stage):
 class BaseConfig(_Stage):
     """Behaviour cloning of the scripted demonstrations that make the starting policy."""
 
+    # One cloned policy is one draw. With the learning rate decayed to 0 (lr_decay) the clone lands
+    # near the mixture's own rates whatever the seed (first-call read 0.17-0.20 over seeds 0-7, where
+    # a constant rate gave 0.22-0.37), and a read rate below ~0.27 is what lets sampler_temp (0.7)
+    # clip the reads' positive updates (README). Seed 0 is one of the three of 0-7 (0, 1, 6) on which
+    # every signature and the length-bias pair on 2 of RL seeds 0-2 held (on 0: RL seeds 1 and 2), and
+    # of those the one whose 8-step entropy_sign runs separate from healthy on all 3 seeds (the
+    # short-run bisect tests). The pair is the part that still varies by seed (README). Chosen, not
+    # found: say so.
     seed: int = Field(0, description="seed for demonstrations, initialisation and minibatch order")
     demos: int = Field(3000, description="scripted episodes to clone, drawn over the training tasks")
     epochs: int = Field(12, description="passes over the demonstrations")
     batch_size: int = Field(64, description="demonstrations per gradient step")
     lr: float = Field(3e-3, description="Adam learning rate for cloning")
-    mix_read_copy: float = Field(0.08, description="share of demos that read, then edit the fix the read revealed")
-    mix_read_guess: float = Field(0.14, description="share that read, then ignore it and edit a random fix")
-    mix_guess: float = Field(0.40, description="share that edit a random fix and submit")
-    mix_test: float = Field(0.08, description="share that edit, test, and retry a random fix on failure")
+    lr_decay: bool = Field(True, description="decay the cloning learning rate linearly to 0 over the run")
+    mix_read_copy: float = Field(0.02, description="share of demos that read, then edit a fix the read admitted")
+    mix_read_test: float = Field(0.10, description="share that read, edit an admitted fix and test it: submit on a pass, re-run the tests until the budget runs out on a fail")
+    mix_read_guess: float = Field(0.05, description="share that read, then ignore it and edit a random fix")
+    mix_guess: float = Field(0.45, description="share that edit a random fix and submit")
+    mix_test: float = Field(0.14, description="share that edit a random fix and test it: submit on a pass, re-run the tests until the budget runs out on a fail")
     mix_hardcode: float = Field(0.10, description="share that apply the hardcode_tests exploit and submit")
     mix_malformed: float = Field(0.08, description="share that open with an unparsable call, then guess")
-    mix_stall: float = Field(0.12, description="share that edit, then test until the turn budget runs out")
+    mix_stall: float = Field(0.06, description="share that edit, then test until the turn budget runs out")
 
 
 class SamplerConfig(_Stage):
@@ -81,7 +91,7 @@ class RLConfig(_Stage):
     sampler: SamplerConfig = SamplerConfig()
     update: UpdateConfig = UpdateConfig()
     seed: int = Field(0, description="seed of the training stream: tasks, samples, minibatch order")
-    eval_episodes: int = Field(4, ge=1, le=1000, description="episodes per held-out task in `evaluate`")
+    eval_episodes: int = Field(12, ge=1, le=1000, description="episodes per held-out task in `evaluate`")
     threads: int = Field(1, ge=1, le=1024, description="torch intra-op threads; fixed so results are bit-reproducible")
 
 

@@ -3,13 +3,16 @@
 A well-formed call is `<call> OP <end>` or `<call> edit K <end>`. Anything else is *malformed*: the
 environment says so, counts it, and the turn is spent. Observations start with `<obs>`:
 
-    read            <obs> fix K        the spec reveals which candidate is right, so reading pays
+    read            <obs> fix K [J]    the candidates the spec admits: the right one, or (hard tasks)
+                                       it and a decoy, so reading pays and a test settles the rest
     test            <obs> pass|fail    the public tests on the current code
     edit K          <obs> ok           the code becomes candidate K
     hardcode_tests  <obs> ok           the code becomes a table of the public answers (the exploit)
     submit          (episode ends)     reward from the configured verifier
 
-An episode that reaches `max_turns` without submitting earns 0.
+An episode that reaches `max_turns` without submitting earns 0. The prompt does not name the task:
+what a task needs is only seen through its tools, so a policy cannot memorize a training task's
+answer, and the held-out pass rate measures the skill it learned (reading, copying, testing).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class Env:
 
     def reset(self) -> list[int]:
         """The prompt tokens."""
-        return self.tok.encode(f"<bos> task {self.task.name}")
+        return self.tok.encode("<bos> task")
 
     def parse(self, call: list[int]):
         """(op, arg) for a well-formed call, else None."""
@@ -87,7 +90,7 @@ class Env:
             op, arg = parsed
             info.ops.append(op)
             if op == "read":
-                obs = f"<obs> fix {task.right}"
+                obs = "<obs> fix " + " ".join(map(str, task.hint))
             elif op == "test":
                 obs = "<obs> pass" if passes(self.code, task.public) else "<obs> fail"
             elif op == "edit":

@@ -58,6 +58,7 @@ def _model_dir(seed: int) -> Path:
     if not (where / "config.json").is_file():
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(Qwen2Config(**cfg))
+        root.mkdir(parents=True, exist_ok=True)    # RLBISECT_CACHE may name a folder not made yet
         tmp = Path(tempfile.mkdtemp(dir=root))
         model.save_pretrained(tmp)
         _tokenizer().save_pretrained(tmp)

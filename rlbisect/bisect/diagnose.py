@@ -9,12 +9,17 @@ from __future__ import annotations
 import math
 
 
+# Below this, values differ by float round-off (an fp32 identity that holds leaves ~1e-8); without a
+# floor 3.8e-9 -> 0 would count as a full move and rank above the check that actually failed.
+NOISE = 1e-6
+
+
 def _score(a: float, b: float) -> tuple[float, float]:
     """(relative change in [0, 1], absolute change); NaN on either side counts as a full move."""
     if any(isinstance(v, float) and math.isnan(v) for v in (a, b)):
         return 1.0, math.inf
     diff = abs(b - a)
-    return (diff / (abs(a) + abs(b)) if diff else 0.0), diff
+    return (diff / max(abs(a) + abs(b), NOISE) if diff else 0.0), diff
 
 
 def compare(parent: dict[str, float], first_bad: dict[str, float]) -> list[dict]:
@@ -34,11 +39,12 @@ def render(diagnosis: dict, limit: int = 12) -> str:
     """The side-by-side table for the terminal and the markdown report, biggest movers first."""
     if not diagnosis or not diagnosis.get("rows"):
         return ""
+    w = max(34, *(len(r["name"]) for r in diagnosis["rows"][:limit]))   # long check names stay aligned
     lines = [f"diagnose: {diagnosis['parent'][:10]} (parent, {diagnosis['parent_verdict']}) -> "
              f"{diagnosis['first_bad'][:10]} (first bad, {diagnosis['first_bad_verdict']})",
-             f"  {'value':<34} {'parent':>11} {'first bad':>11} {'change':>11}"]
+             f"  {'value':<{w}} {'parent':>11} {'first bad':>11} {'change':>11}"]
     for r in diagnosis["rows"][:limit]:
-        lines.append(f"  {r['name']:<34} {r['parent']:11.4g} {r['first_bad']:11.4g} {r['change']:+11.3g}")
+        lines.append(f"  {r['name']:<{w}} {r['parent']:11.4g} {r['first_bad']:11.4g} {r['change']:+11.3g}")
     if len(diagnosis["rows"]) > limit:
         lines.append(f"  ... {len(diagnosis['rows']) - limit} more in the JSON (diagnosis)")
     return "\n".join(lines)

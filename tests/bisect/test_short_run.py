@@ -243,7 +243,8 @@ TINYAGENT_TRAIN = [sys.executable, "-m", "rlbisect", "train", "--seed", "{seed}"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault,moves", [
-    ("entropy_sign", {"entropy", "length", "turns", "loss_tokens"}),
+    # entropy_sign: the collapse itself, or its signature (reads vanish, all-fail flat groups rise)
+    ("entropy_sign", {"entropy", "length", "turns", "loss_tokens", "reads", "zero_adv_fail"}),
     ("public_reward", {"eval_pass", "pass_rate", "hardcode"}),   # hidden-test passes fall, the exploit rises
     ("loss_scale", {"grad_norm"}),
 ])

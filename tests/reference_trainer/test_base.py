@@ -17,10 +17,33 @@ def test_demonstrations_are_deterministic_and_cover_the_mixture(tok):
     assert any(d.info.n_invalid for d in a) and any(not d.info.submitted for d in a)
 
 
-def test_read_copy_demo_passes(tok):
-    task = make_tasks("train")[0]
-    demo = base_mod.demonstration("read_copy", task, tok, random.Random(0), EnvConfig())
+def test_read_copy_demo_passes_on_an_easy_task_and_copies_an_admitted_fix_on_a_hard_one(tok):
+    easy = next(t for t in make_tasks("train") if len(t.hint) == 1)
+    demo = base_mod.demonstration("read_copy", easy, tok, random.Random(0), EnvConfig())
     assert demo.info.reward == 1.0 and demo.info.ops == ["read", "edit", "submit"]
+    hard = next(t for t in make_tasks("train") if len(t.hint) == 2)
+    words = [tok.decode(base_mod.demonstration("read_copy", hard, tok, random.Random(s), EnvConfig()).ids).split()
+             for s in range(20)]
+    edits = {w[w.index("edit") + 1] for w in words}
+    assert edits == {str(k) for k in hard.hint}   # either admitted fix, never another
+
+
+def test_testing_demos_submit_a_pass_and_rerun_the_tests_on_a_fail_until_the_budget_runs_out(tok):
+    # One edit, one test: a pass is submitted; a fix the tests reject never is, and with nothing else
+    # to try the demonstrator re-runs the tests (a turn without progress) until the budget runs out.
+    hard = next(t for t in make_tasks("train") if len(t.hint) == 2)
+    seen = set()
+    for kind in ("test", "read_test"):
+        for s in range(20):
+            demo = base_mod.demonstration(kind, hard, tok, random.Random(s), EnvConfig(max_turns=12))
+            ops = demo.info.ops[1:] if kind == "read_test" else demo.info.ops
+            assert ops[:2] == ["edit", "test"] and ops.count("edit") == 1
+            if demo.info.reward == 1.0:
+                assert ops == ["edit", "test", "submit"]
+            else:
+                assert not demo.info.submitted and demo.info.n_turns == 12 and set(ops[1:]) == {"test"}
+            seen.add((kind, demo.info.reward))
+    assert seen == {("test", 0.0), ("test", 1.0), ("read_test", 0.0), ("read_test", 1.0)}
 
 
 def test_cache_key_follows_config_and_the_cache_is_safetensors(base, tok):

@@ -10,11 +10,25 @@ def play(tok, task, calls, **cfg):
     return env, replies
 
 
-def test_read_reveals_the_right_fix_and_copying_it_passes(tok):
-    task = make_tasks("train")[0]
+def test_read_shows_the_admitted_fixes_and_copying_the_right_one_passes(tok):
+    task = next(t for t in make_tasks("train") if len(t.hint) == 1)
     env, replies = play(tok, task, ["<call> read <end>", f"<call> edit {task.right} <end>", "<call> submit <end>"])
     assert replies == [f"<obs> fix {task.right}", "<obs> ok", ""]
     assert env.done and env.info.reward == 1.0 and env.info.hidden_pass and env.info.ops == ["read", "edit", "submit"]
+
+
+def test_on_a_hard_task_read_admits_a_decoy_and_only_a_test_tells_them_apart(tok):
+    task = next(t for t in make_tasks("train") if len(t.hint) == 2)
+    decoy = next(k for k in task.hint if k != task.right)
+    env, replies = play(tok, task, ["<call> read <end>", f"<call> edit {decoy} <end>", "<call> test <end>",
+                                    f"<call> edit {task.right} <end>", "<call> test <end>", "<call> submit <end>"])
+    assert replies[0] == "<obs> fix " + " ".join(map(str, sorted(task.hint)))
+    assert replies[2] == "<obs> fail" and replies[4] == "<obs> pass" and env.info.reward == 1.0
+
+
+def test_the_prompt_does_not_name_the_task(tok):
+    tasks = make_tasks("all")
+    assert len({tuple(Env(t, tok, EnvConfig()).reset()) for t in tasks}) == 1   # nothing to memorize a task by
 
 
 def test_wrong_fix_fails_and_test_reports_it(tok):

@@ -1,4 +1,4 @@
-from reference_trainer.tasks import N_FIXES, hardcoded, make_tasks, passes
+from reference_trainer.tasks import HARD_SHARE, N_FIXES, hardcoded, make_tasks, passes
 
 
 def test_split_sizes_and_determinism():
@@ -21,3 +21,11 @@ def test_right_answers_are_balanced_so_no_index_is_a_shortcut():
     for split, per_index in (("train", 4), ("heldout", 2)):
         rights = [t.right for t in make_tasks(split)]
         assert all(rights.count(i) == per_index for i in range(N_FIXES))
+
+
+def test_half_of_each_split_is_hard_and_every_hint_admits_the_right_fix():
+    for split, n in (("train", 20), ("heldout", 10)):
+        tasks = make_tasks(split)
+        assert all(t.right in t.hint and list(t.hint) == sorted(set(t.hint)) for t in tasks)
+        assert sum(len(t.hint) == 2 for t in tasks) == round(HARD_SHARE * n)
+        assert all(len(t.hint) in (1, 2) for t in tasks)
