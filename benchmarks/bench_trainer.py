@@ -43,7 +43,8 @@ def main() -> None:
     total = time.perf_counter() - t0
     step = statistics.median(r["step_time"] for r in rows if "eval_pass" not in r)
     print(f"starting policy (cached) load      {load:8.2f} s")
-    print(f"RL step (64 episodes + update)     {step:8.3f} s  (median over non-eval steps)")
+    episodes = cfg.sampler.tasks_per_step * cfg.sampler.group_size
+    print(f"RL step ({episodes} episodes + update)    {step:8.3f} s  (median over non-eval steps)")
     print(f"sampler with KV cache              {statistics.median(with_cache):8.0f} tokens/s")
     print(f"sampler without KV cache           {statistics.median(without):8.0f} tokens/s")
     print(f"KV-cache speed-up                  {statistics.median(with_cache) / statistics.median(without):8.1f} x")

@@ -3,10 +3,10 @@
 The demonstrations are a mixture (BaseConfig.mix_*): a few read and copy a fix the read admitted
 (most of them then test it), more read and then guess anyway, many guess blind, some guess and test,
 a few use the hardcode exploit, a few open with a malformed call, a few stall until the turn budget
-runs out. A demonstrator that tests submits a pass but never a fix the tests reject: it edits once,
-so with nothing else to try it re-runs the tests, a turn without progress, until the budget runs
-out. A lost episode can therefore end short or long, which is the choice the loss aggregation
-biases (README, Length bias). The cloned policy therefore starts near the blind-guess pass rate, reads
+runs out. A demonstrator that tests submits a pass; on a fail it edits no more, and with nothing
+else to try re-runs the tests, a turn without progress, each turn with probability `retest`
+(BaseConfig), else submits anyway. A lost episode can therefore end short or long, which is the
+choice the loss aggregation biases (README, Length bias). The cloned policy therefore starts near the blind-guess pass rate, reads
 sometimes and can copy, which is what RL then amplifies. Every demonstration is played through the
 real environment, so tokens and owners are exactly what the sampler would produce.
 
@@ -32,7 +32,7 @@ from .tokenizer import Tokenizer, build_tokenizer
 MALFORMED_CALLS = ["<call> edit <end>", "<call> submit read <end>", "<call> fix <end>", "<call> read test test"]
 
 
-def _script(kind: str, task: Task, rng: random.Random, env_cfg: EnvConfig):
+def _script(kind: str, task: Task, rng: random.Random, retest: float):
     """The calls of one scripted episode, chosen turn by turn from the observations (a generator)."""
     guess = lambda: rng.randrange(N_FIXES)
     if kind == "malformed":
@@ -50,19 +50,20 @@ def _script(kind: str, task: Task, rng: random.Random, env_cfg: EnvConfig):
         yield f"<call> edit {guess()} <end>"
         while True:
             yield "<call> test <end>"
-    if kind in ("read_test", "test"):   # test the edit: submit a pass; a fix the tests reject is never
-        if (yield "<call> test <end>") == "<obs> fail":   # submitted, and with nothing else to try the
-            while True:                                   # tests are re-run until the budget runs out
+    if kind in ("read_test", "test"):   # test the edit: submit a pass; on a fail, with nothing else to
+        if (yield "<call> test <end>") == "<obs> fail":   # try, re-run the tests each turn with
+            while rng.random() < retest:                  # probability `retest`, else submit anyway
                 yield "<call> test <end>"
     yield "<call> submit <end>"
 
 
-def demonstration(kind: str, task: Task, tok: Tokenizer, rng: random.Random, env_cfg: EnvConfig) -> Trajectory:
+def demonstration(kind: str, task: Task, tok: Tokenizer, rng: random.Random, env_cfg: EnvConfig,
+                  retest: float = 1.0) -> Trajectory:
     """Play one scripted episode through the environment."""
     env = Env(task, tok, env_cfg)
     ids = env.reset()
     owner = [OWNER["prompt"]] * len(ids)
-    script, obs = _script(kind, task, rng, env_cfg), None
+    script, obs = _script(kind, task, rng, retest), None
     while not env.done:
         call = tok.encode(script.send(obs) if obs is not None else next(script))
         reply = env.step(call)
@@ -76,7 +77,7 @@ def demonstrations(tasks: list[Task], tok: Tokenizer, cfg: BaseConfig, env_cfg: 
     rng = random.Random(cfg.seed)
     kinds = ["read_copy", "read_test", "read_guess", "guess", "test", "hardcode", "malformed", "stall"]
     weights = [getattr(cfg, f"mix_{k}") for k in kinds]
-    return [demonstration(rng.choices(kinds, weights)[0], rng.choice(tasks), tok, rng, env_cfg)
+    return [demonstration(rng.choices(kinds, weights)[0], rng.choice(tasks), tok, rng, env_cfg, cfg.retest)
             for _ in range(cfg.demos)]
 
 

@@ -1,7 +1,8 @@
 """One pydantic model per pipeline stage; every field says what it controls.
 
-`RLConfig` gathers the stages a training run needs. Defaults are the chapter's: GRPO groups of 8,
-8 tasks per step, PPO clip 0.2, one epoch of two minibatches, Adam at 1e-3, no KL, no entropy term.
+`RLConfig` gathers the stages a training run needs. Defaults: GRPO groups of 8, 16 tasks per step,
+PPO clip 0.2, one epoch of two minibatches, Adam at 6e-4, no KL, no entropy term. The chapter's 8
+tasks per step at 1e-3 left TinyAgent's length-bias pair to sampling noise (README, Length bias).
 """
 
 from __future__ import annotations
@@ -38,11 +39,9 @@ class BaseConfig(_Stage):
     # One cloned policy is one draw. With the learning rate decayed to 0 (lr_decay) the clone lands
     # near the mixture's own rates whatever the seed (first-call read 0.17-0.20 over seeds 0-7, where
     # a constant rate gave 0.22-0.37), and a read rate below ~0.27 is what lets sampler_temp (0.7)
-    # clip the reads' positive updates (README). Seed 0 is one of the three of 0-7 (0, 1, 6) on which
-    # every signature and the length-bias pair on 2 of RL seeds 0-2 held (on 0: RL seeds 1 and 2), and
-    # of those the one whose 8-step entropy_sign runs separate from healthy on all 3 seeds (the
-    # short-run bisect tests). The pair is the part that still varies by seed (README). Chosen, not
-    # found: say so.
+    # clip the reads' positive updates (README). Seed 0 was chosen over seeds 0-7 with testers that
+    # always re-tested (retest 1) and RL at 8 tasks per step, as one where every signature held; with
+    # retest 0.9 and 16 tasks per step it was re-checked, not re-chosen (README). Chosen: say so.
     seed: int = Field(0, description="seed for demonstrations, initialisation and minibatch order")
     demos: int = Field(3000, description="scripted episodes to clone, drawn over the training tasks")
     epochs: int = Field(12, description="passes over the demonstrations")
@@ -57,6 +56,8 @@ class BaseConfig(_Stage):
     mix_hardcode: float = Field(0.10, description="share that apply the hardcode_tests exploit and submit")
     mix_malformed: float = Field(0.08, description="share that open with an unparsable call, then guess")
     mix_stall: float = Field(0.06, description="share that edit, then test until the turn budget runs out")
+    retest: float = Field(0.9, ge=0, le=1, description="after a failed test, the chance per turn that a testing "
+                          "demonstrator re-runs the tests rather than submit (1: until the budget runs out)")
 
 
 class SamplerConfig(_Stage):
@@ -64,13 +65,13 @@ class SamplerConfig(_Stage):
 
     temperature: float = Field(1.0, gt=0, description="softmax temperature of the sampler (and of the trainer's recomputation)")
     group_size: int = Field(8, ge=2, le=1024, description="episodes per task; advantages are computed within a group")
-    tasks_per_step: int = Field(8, ge=1, le=1024, description="training tasks drawn per step (episodes = tasks x group)")
+    tasks_per_step: int = Field(16, ge=1, le=1024, description="training tasks drawn per step (episodes = tasks x group)")
 
 
 class UpdateConfig(_Stage):
     """The PPO/GRPO update."""
 
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate")
+    lr: float = Field(6e-4, gt=0, description="Adam learning rate")
     clip_eps: float = Field(0.2, gt=0, description="PPO ratio clip: ratio is clipped to [1 - eps, 1 + eps]")
     epochs: int = Field(1, ge=1, le=100, description="passes over each batch")
     minibatches: int = Field(2, ge=1, le=4096, description="optimizer steps per epoch (the batch is split by rows)")

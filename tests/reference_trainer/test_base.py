@@ -59,3 +59,14 @@ def test_starting_profile(base, tok, probe_trajs):
     row = rollout_row(probe_trajs, 8)
     assert 0.10 <= row["reward"] <= 0.30
     assert 0.15 <= row["reads"] <= 0.5 and 0.02 <= row["malformed"] <= 0.2 and row["hardcode"] <= 0.2
+
+
+def test_a_tester_that_retests_only_sometimes_can_end_a_lost_episode_short(tok):
+    # retest < 1: after a failed test the demonstrator re-runs the tests with that chance per turn,
+    # else submits the rejected fix, so lost episodes come in every length (BaseConfig.retest)
+    hard = next(t for t in make_tasks("train") if len(t.hint) == 2)
+    lost = [d for d in (base_mod.demonstration("test", hard, tok, random.Random(s), EnvConfig(), 0.8)
+                        for s in range(60)) if d.info.reward == 0.0]
+    assert lost and all(d.info.ops[:2] == ["edit", "test"] and d.info.ops.count("edit") == 1 for d in lost)
+    assert any(d.info.submitted for d in lost) and any(not d.info.submitted for d in lost)
+    assert len({d.info.n_turns for d in lost}) >= 3

