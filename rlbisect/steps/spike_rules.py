@@ -16,8 +16,8 @@ from rlbisect.metrics import METRICS
 # temperature 0.7, seq_mean_token_mean): grad_norm rose at most 4 steps in a row; the median of
 # 4 consecutive approx_kl values reached at most 12.8x the run's first 4 steps' median (a policy
 # sharpening moves further per update) and single values 0.075. Re-checked on the harder TinyAgent of
-# issue 14 (the same 24 runs): nothing fires; approx_kl <= 0.055, grad_norm <= 1.71, 4-step approx_kl
-# medians <= 6.1x the first 4's.
+# issue 14 (the same 24 runs, 128 episodes per step): approx_kl <= 0.011, 4-step approx_kl medians
+# <= 1.6x the first 4's, grad_norm <= 3.16, a single-step spike of 17x its running median (below).
 TREND_K, TREND_FACTOR = 6, 3.0
 KL_GROWTH, KL_FLOOR = 25.0, 1e-3
 KL_CEILING = 0.1
@@ -127,7 +127,9 @@ class SpikeConfig(_Rule):
     # reference runs reach 400x their running median, at 0.037), so median multiples measure
     # convergence, not spikes; the absolute ceiling below watches it instead.
     mad: list[MadRule] = Field(default_factory=lambda: [
-        MadRule(signal="grad_norm"),  # healthy reference runs reach 6x their running median
+        # Healthy TinyAgent runs reach 17x their running median on a single step (issue 14's
+        # TinyAgent, kl_coef 0.1, seed 1, step 26): 20 MADs, floored at the median, fire above 21x.
+        MadRule(signal="grad_norm", k=20.0),
         # logp_gap is float noise (~1e-8) in a correct fp32 trainer; only a real jump may fire.
         MadRule(signal="logp_gap", min_value=1e-6),
     ], description="running median/MAD spike rules")
