@@ -22,7 +22,7 @@ def check_cmd(
     as_json: bool = typer.Option(False, "--json", help='print {check: {"value", "passed"}}'),
     matrix: bool = typer.Option(False, "--matrix", help="run with no fault and with each fault the adapter lists"),
     runs: bool = typer.Option(False, "--runs", help="also the run-level checks: short training runs (same seed, same "
-                              "rows; evaluation leaves training alone)"),
+                              "rows; evaluation leaves training alone; optimizer state persists)"),
     plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
     jobs: int = typer.Option(None, "--jobs", "-j", min=1, help="with --matrix: rows checked at once, each in a "
                              "forked process (default: this machine's cores)"),

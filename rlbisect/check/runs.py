@@ -9,6 +9,10 @@ are n/a, said so.
     evaluation leaves training alone    evaluating every step vs never (but the last) changes no
                                         training value: evaluation and logging draw from their own
                                         generators. The count of values that differ
+    optimizer state persists            a 3-step run steps the same torch optimizers as a 1-step
+                                        run: a trainer that rebuilds its optimizer every step loses
+                                        Adam's moments and step count. The count of optimizers the
+                                        longer run adds; n/a when no torch.optim optimizer steps
 """
 
 from __future__ import annotations
@@ -18,7 +22,24 @@ from rlbisect.metrics import is_timing
 
 STEPS = 3          # enough for a drawn-from stream to shift the next step's batch
 NEVER = 10 ** 6    # an eval_every that never comes (the last step may still evaluate)
-RUN_CHECKS = ("same seed, same rows", "evaluation leaves training alone")
+RUN_CHECKS = ("same seed, same rows", "evaluation leaves training alone", "optimizer state persists")
+
+
+def _stepped_optimizers(train, steps: int, seed: int, eval_every: int) -> tuple[list[dict], list]:
+    """(rows, the optimizers that took a step during the run). A global step hook sees every
+    torch.optim optimizer, however the trainer builds it; strong references, so a freed optimizer's
+    id cannot be reused by its replacement."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+    seen: list = []
+
+    def note(optimizer, args, kwargs):
+        if not any(o is optimizer for o in seen):
+            seen.append(optimizer)
+    handle = register_optimizer_step_pre_hook(note)
+    try:
+        return train(steps, seed, eval_every), seen
+    finally:
+        handle.remove()
 
 
 def _differing(a: list[dict], b: list[dict], skip_eval: bool) -> int:
@@ -38,10 +59,15 @@ def run_checks(adapter, seed: int = 0) -> dict[str, CheckResult]:
     if not callable(train):
         why = f"{type(adapter).__name__} has no train_run(steps, seed, eval_every)"
         return {name: CheckResult(name, float("nan"), True, na=why) for name in RUN_CHECKS}
-    every_step = train(STEPS, seed, 1)
+    every_step, many = _stepped_optimizers(train, STEPS, seed, 1)
     again = train(STEPS, seed, 1)
     quiet = train(STEPS, seed, NEVER)
+    _, first = _stepped_optimizers(train, 1, seed, NEVER)
     same = _differing(every_step, again, skip_eval=False)
     left_alone = _differing(every_step, quiet, skip_eval=True)
+    added = len(many) - len(first)
+    carried = (CheckResult(RUN_CHECKS[2], float(added), added == 0) if first else
+               CheckResult(RUN_CHECKS[2], float("nan"), True, na="no torch.optim optimizer took a step"))
     return {RUN_CHECKS[0]: CheckResult(RUN_CHECKS[0], float(same), same == 0),
-            RUN_CHECKS[1]: CheckResult(RUN_CHECKS[1], float(left_alone), left_alone == 0)}
+            RUN_CHECKS[1]: CheckResult(RUN_CHECKS[1], float(left_alone), left_alone == 0),
+            RUN_CHECKS[2]: carried}

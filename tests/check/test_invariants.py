@@ -177,12 +177,16 @@ def test_adapter_settings_are_the_trainers_config_fields():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bug", [None, "eval_train_rng", "log_sample_rng"])
-def test_run_level_checks_see_a_training_stream_shared_with_evaluation(bug):
+@pytest.mark.parametrize("bug,fails", [(None, None), ("eval_train_rng", "evaluation leaves training alone"),
+                                       ("log_sample_rng", "evaluation leaves training alone"),
+                                       ("optimizer_per_step", "optimizer state persists")])
+def test_run_level_checks_see_what_only_training_shows(bug, fails):
     from rlbisect.check.runs import run_checks
     res = run_checks(make_adapter(bug=bug))
-    assert res["same seed, same rows"].passed
-    assert res["evaluation leaves training alone"].passed == (bug is None), res
+    assert [name for name, r in res.items() if not r.passed] == ([fails] if fails else []), res
+    assert not any(r.na for r in res.values())
+    if bug == "optimizer_per_step":   # a 3-step run steps two optimizers more than a 1-step run
+        assert res[fails].value == 2
 
 
 def test_run_level_checks_fail_on_a_run_that_does_not_repeat_and_are_na_without_a_runner():
@@ -195,6 +199,7 @@ def test_run_level_checks_fail_on_a_run_that_does_not_repeat_and_are_na_without_
             return [{"step": s, "reward": random.random()} for s in range(steps)]
     res = run_checks(Unseeded())
     assert not res["same seed, same rows"].passed and res["same seed, same rows"].value == 3
+    assert "no torch.optim optimizer" in res["optimizer state persists"].na   # it trains nothing
     assert all(r.passed and "has no train_run" in r.na for r in run_checks(object()).values())
 
 

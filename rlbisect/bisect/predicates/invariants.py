@@ -45,7 +45,7 @@ class InvariantsOptions(Options):
     adapter_opts: dict[str, Any] = Field(default_factory=dict, description="KEY=VALUE for the "
                                          "adapter's factory (repeatable): the trainer's settings")
     runs: bool = Field(False, description="also the run-level checks (short training runs: same "
-                       "seed, same rows; evaluation leaves training alone)")
+                       "seed, same rows; evaluation leaves training alone; optimizer state persists)")
 
 
 class InvariantsPredicate:
