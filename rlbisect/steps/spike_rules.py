@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rlbisect.metrics import METRICS
 
-# Calibrated on 24 healthy TinyAgent runs of 48 steps (6 seeds x default, kl_coef 0.1,
-# temperature 0.7, seq_mean_token_mean): grad_norm rose at most 4 steps in a row; the median of
-# 4 consecutive approx_kl values reached at most 12.8x the run's first 4 steps' median (a policy
-# sharpening moves further per update) and single values 0.075. Re-checked on the harder TinyAgent of
+# Calibrated on 24 healthy TinyAgent runs of 48 steps (benchmarks/bench_detector_false_alarms.py:
+# 6 seeds x default, kl_coef 0.1, temperature 0.7, seq_mean_token_mean): grad_norm rose at most 4
+# steps in a row; the median of 4 consecutive approx_kl values reached at most 12.8x the run's first
+# 4 steps' median (a policy sharpening moves further per update) and single values 0.075. Re-checked on the harder TinyAgent of
 # issue 14 (the same 24 runs, 128 episodes per step): approx_kl <= 0.011, 4-step approx_kl medians
 # <= 1.6x the first 4's, grad_norm <= 3.16, a single-step spike of 17x its running median (below).
 TREND_K, TREND_FACTOR = 6, 3.0
