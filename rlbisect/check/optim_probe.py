@@ -56,3 +56,19 @@ def spent_gradients_poisoned() -> Iterator[StepLeaks]:
     finally:
         for h in handles:
             h.remove()
+
+
+@contextmanager
+def optimizers_stepped() -> Iterator[list]:
+    """The optimizers (any, wrapped or not) that take a step in the block, each once, in order. Held
+    by strong reference, so a freed optimizer's id cannot be reused by its replacement."""
+    seen: list = []
+
+    def note(optimizer, args, kwargs):
+        if not any(o is optimizer for o in seen):
+            seen.append(optimizer)
+    handle = register_optimizer_step_pre_hook(note)
+    try:
+        yield seen
+    finally:
+        handle.remove()

@@ -26,20 +26,10 @@ RUN_CHECKS = ("same seed, same rows", "evaluation leaves training alone", "optim
 
 
 def _stepped_optimizers(train, steps: int, seed: int, eval_every: int) -> tuple[list[dict], list]:
-    """(rows, the optimizers that took a step during the run). A global step hook sees every
-    torch.optim optimizer, however the trainer builds it; strong references, so a freed optimizer's
-    id cannot be reused by its replacement."""
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-    seen: list = []
-
-    def note(optimizer, args, kwargs):
-        if not any(o is optimizer for o in seen):
-            seen.append(optimizer)
-    handle = register_optimizer_step_pre_hook(note)
-    try:
+    """(rows, the torch optimizers that took a step during the run)."""
+    from rlbisect.check.optim_probe import optimizers_stepped
+    with optimizers_stepped() as seen:
         return train(steps, seed, eval_every), seen
-    finally:
-        handle.remove()
 
 
 def _differing(a: list[dict], b: list[dict], skip_eval: bool) -> int:
@@ -66,8 +56,8 @@ def run_checks(adapter, seed: int = 0) -> dict[str, CheckResult]:
     same = _differing(every_step, again, skip_eval=False)
     left_alone = _differing(every_step, quiet, skip_eval=True)
     added = len(many) - len(first)
-    carried = (CheckResult(RUN_CHECKS[2], float(added), added == 0) if first else
-               CheckResult(RUN_CHECKS[2], float("nan"), True, na="no torch.optim optimizer took a step"))
+    persists = (CheckResult(RUN_CHECKS[2], float(added), added == 0) if first else
+                CheckResult(RUN_CHECKS[2], float("nan"), True, na="no torch.optim optimizer took a step"))
     return {RUN_CHECKS[0]: CheckResult(RUN_CHECKS[0], float(same), same == 0),
             RUN_CHECKS[1]: CheckResult(RUN_CHECKS[1], float(left_alone), left_alone == 0),
-            RUN_CHECKS[2]: carried}
+            RUN_CHECKS[2]: persists}
