@@ -11,6 +11,8 @@ the check values must be identical.
             does after the server is up; its one-time start is shown too)
   check     `rlbisect check --json`
   matrix    `rlbisect check --matrix --json`, the chapter's eight rows (no fault + 7) and all rows
+  warm      the same `rlbisect check` commands with `rlbisect warm start` up (after only: the
+            previous release has no server), by the console entry point a user runs
 
 Usage: python benchmarks/bench_probe.py [--before REF] [--rounds 5]
 """
@@ -34,8 +36,9 @@ INVARIANTS = "rlbisect.bisect.predicates.invariants"
 
 
 def extract(ref: str, into: Path) -> Path:
-    """The release's files, read from git without touching the working tree or index."""
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref], check=True,
+    """The release's rlbisect, read from git without touching the working tree or index; its
+    reference_trainer is left out, so both sides import this checkout's trainer."""
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref, "rlbisect"], check=True,
                           capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
@@ -62,18 +65,25 @@ def main() -> None:
         run_dir = Path(tmp) / "cwd"
         run_dir.mkdir()
         env_new = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env_old = {**os.environ, "PYTHONPATH": str(old)}
+        env_old = {**os.environ, "PYTHONPATH": os.pathsep.join([str(old), str(ROOT)])}
         py = sys.executable
         cli = ["-c", "from rlbisect.cli import main; main()"]
-        matrix8 = [*cli, "check", "--matrix", "--json", "--adapter", f"{CHAPTER_ADAPTER}:make_adapter"]
+        entry = ["-c", "from rlbisect.launch import main; main()"]      # the console script's
+        matrix8 = ["check", "--matrix", "--json", "--adapter", f"{CHAPTER_ADAPTER}:make_adapter"]
         cases = {
             "probe": ([py, "-m", INVARIANTS, str(ROOT)], [py, "-I", "-m", INVARIANTS, str(ROOT)]),
             "check": ([py, *cli, "check", "--json"], [py, *cli, "check", "--json"]),
-            "matrix, 8 rows": ([py, *matrix8], [py, *matrix8]),
+            "matrix, 8 rows": ([py, *cli, *matrix8], [py, *cli, *matrix8]),
             "matrix, all rows": ([py, *cli, "check", "--matrix", "--json"],
                                  [py, *cli, "check", "--matrix", "--json"]),
+            "check, warm": ([py, *cli, "check", "--json"], [py, *entry, "check", "--json"]),
+            "matrix 8, warm": ([py, *cli, *matrix8], [py, *entry, *matrix8]),
         }
+        warm_env = {**env_new, "RLBISECT_WARM_DIR": str(Path(tmp) / "warm")}
         timed([py, *cli, "check"], env_new, run_dir)      # the starting policy is cached first
+        started = subprocess.run([py, *entry, "warm", "start"], env=warm_env, cwd=run_dir, capture_output=True)
+        if started.returncode:
+            raise SystemExit(f"rlbisect warm start: {started.stderr.decode()}")
         t0 = time.perf_counter()
         server = _Pool.take()
         first = run_python(INVARIANTS, [str(ROOT)], ROOT, None)
@@ -84,7 +94,7 @@ def main() -> None:
         outputs = {}
         for _ in range(a.rounds):
             for name, (before, after) in cases.items():
-                for side, argv, env in ((0, before, env_old), (1, after, env_new)):
+                for side, argv, env in ((0, before, env_old), (1, after, warm_env if "warm" in name else env_new)):
                     seconds, out = timed(argv, env, run_dir)
                     times[name][side].append(seconds)
                     outputs.setdefault((name, side), out)
@@ -95,6 +105,10 @@ def main() -> None:
             if r.stdout.encode() != outputs[("probe", 0)] or r.stdout != first.stdout:
                 raise SystemExit("warm probe: check values differ from the fresh probe's")
         _Pool.close_all()
+        served = subprocess.run([py, *entry, "warm", "status"], env=warm_env, cwd=run_dir, capture_output=True)
+        subprocess.run([py, *entry, "warm", "stop"], env=warm_env, cwd=run_dir, capture_output=True)
+        if f"checks served {2 * a.rounds}," not in served.stdout.decode():
+            raise SystemExit(f"the warm server did not serve every warm check: {served.stdout.decode()}")
         print(f"{'':18} {'before':>8} {'after':>8} {'speed-up':>9}  (medians of {a.rounds}, before = {a.before})")
         for name, (before, after) in times.items():
             same = "identical output" if outputs[(name, 0)] == outputs[(name, 1)] else "OUTPUT DIFFERS"

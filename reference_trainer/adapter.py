@@ -48,7 +48,8 @@ class ReferenceAdapter:
     def probe_batch(self):
         """Episodes of the starting policy on the first training tasks, sampled as the pipeline samples."""
         cfg, G = self.cfg, self.cfg.sampler.group_size
-        tasks = [make_tasks("train")[i % 20] for i in range(self.episodes // G)]
+        train = make_tasks("train")
+        tasks = [train[i % len(train)] for i in range(self.episodes // G)]
         temp = SAMPLER_TEMP if self.bug == "sampler_temp" else None      # None: the sampler's own setting
         trajs = sample_groups(self._base, tasks, self.tok, cfg.env, cfg.sampler,
                               torch.Generator().manual_seed(self.seed), temperature=temp, bug=self.bug)

@@ -119,8 +119,7 @@ def make_base(tok: Tokenizer | None = None, cfg: BaseConfig = BaseConfig(), poli
               cache: bool = True) -> Policy:
     """The behaviour-cloned starting policy (cloned on first use, then loaded from the cache)."""
     from safetensors.torch import load_file, save_file
-    tasks = make_tasks("all")
-    tok = tok or build_tokenizer(tasks)
+    tok = tok or build_tokenizer(make_tasks("all"))
     env_cfg = EnvConfig()   # demos are scripted for the default budget, whatever the RL run uses
     path = cached_path(cfg, policy_cfg)
     model = Policy(len(tok), policy_cfg)

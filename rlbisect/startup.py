@@ -40,13 +40,19 @@ def defer_dynamo() -> int:
                  optimizer._use_grad_for_differentiable(lambda self: None).__code__)
     except (ImportError, AttributeError):    # a torch without these wrappers: nothing to defer
         return 0
-    done, classes = 0, set()
+    done = 0
     with warnings.catch_warnings():     # touching deprecated aliases warns
         warnings.simplefilter("ignore")
         for name, module in list(sys.modules.items()):
-            if module is not None and (name == "torch" or name.startswith("torch.")):
-                done += _defer_in(module, codes, classes)
+            # a module done before (a check forked from the warm server) holds no new wrappers
+            if module is not None and (name == "torch" or name.startswith("torch.")) and name not in _DONE:
+                done += _defer_in(module, codes, _CLASSES)
+                _DONE.add(name)
     return done
+
+
+_DONE: set[str] = set()        # torch modules whose wrappers have stand-ins
+_CLASSES: set[type] = set()
 
 
 def _defer_in(module: types.ModuleType, codes: tuple, classes: set) -> int:

@@ -1,0 +1,139 @@
+"""The warm server for `rlbisect check` (rlbisect/warm_server.py): the same output as a cold run,
+byte for byte, only for a caller it can serve faithfully, and a check that dies with its caller."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rlbisect import launch, warm_server
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "send_fds") or sys.platform != "linux",
+                                reason="the warm server needs Linux and socket.send_fds")
+
+SLOW_ADAPTER = '''
+import os, time
+def make_adapter(**kwargs):
+    open(os.environ["PID_FILE"], "w").write(str(os.getpid()))
+    time.sleep(600)
+'''
+
+
+def rlbisect(env: dict, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlbisect", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def served(env: dict) -> int:
+    status = rlbisect(env, "warm", "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    return int(status.stdout.split("checks served ")[1].split(",")[0])
+
+
+@pytest.fixture(scope="module")
+def warm_env():
+    """A server in a private folder short enough for a socket name; every call passes this exact
+    environment (pytest's own variables change from test to test)."""
+    folder = tempfile.mkdtemp(prefix="rlbw", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["RLBISECT_WARM_DIR"] = folder
+    env["PID_FILE"] = os.path.join(folder, "check.pid")        # written by SLOW_ADAPTER
+    started = rlbisect(env, "warm", "start", "--idle", "10")
+    assert started.returncode == 0, started.stderr
+    assert "warm server up" in started.stdout
+    yield env
+    rlbisect(env, "warm", "stop")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("args", [["check", "--json"], ["check", "--bug", "sign_flip"]])
+def test_a_check_through_the_server_is_byte_identical_to_a_cold_one(warm_env, args, tmp_path):
+    before = served(warm_env)
+    warm = rlbisect(warm_env, *args, cwd=tmp_path)
+    cold = rlbisect({**warm_env, "RLBISECT_COLD": "1"}, *args, cwd=tmp_path)
+    assert served(warm_env) == before + 1          # it went through the server...
+    assert (warm.returncode, warm.stdout) == (cold.returncode, cold.stdout)     # ...and nothing moved
+    assert warm.returncode == (1 if "sign_flip" in args else 0)
+    assert "warm server" not in warm.stderr
+
+
+def test_a_caller_with_another_environment_runs_cold_with_a_note(warm_env):
+    before = served(warm_env)
+    other = rlbisect({**warm_env, "RLBISECT_SOMETHING": "1"}, "check", "--json")
+    assert other.returncode == 0
+    assert "did not take this check (it was started with a different environment (RLBISECT_SOMETHING))" \
+        in other.stderr
+    assert served(warm_env) == before
+    assert other.stdout == rlbisect(warm_env, "check", "--json").stdout
+
+
+def test_interrupting_the_caller_kills_its_check(warm_env, tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_ADAPTER)
+    pid_file = Path(warm_env["PID_FILE"])
+    caller = subprocess.Popen([sys.executable, "-m", "rlbisect", "check", "--adapter", f"{tmp_path}/slow.py:make_adapter"],
+                              env=warm_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and caller.poll() is None, caller.communicate()
+        time.sleep(0.05)
+    check = int(pid_file.read_text())
+    assert check != caller.pid                     # the check runs in the server's child
+    caller.send_signal(signal.SIGINT)
+    assert caller.wait(timeout=30) == 130
+    deadline = time.monotonic() + 10
+    while _alive(check):
+        assert time.monotonic() < deadline, "the check outlived its caller"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_stop_status_and_idle_exit(tmp_path):
+    folder = tempfile.mkdtemp(prefix="rlbw", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["RLBISECT_WARM_DIR"] = folder
+    try:
+        assert rlbisect(env, "warm", "status").returncode == 1
+        assert "no warm server was running" in rlbisect(env, "warm", "stop").stdout
+        assert rlbisect(env, "warm", "start", "--idle", "0.1").returncode == 0      # 6 s
+        assert rlbisect(env, "warm", "status").returncode == 0
+        deadline = time.monotonic() + 30
+        while rlbisect(env, "warm", "status").returncode == 0:
+            assert time.monotonic() < deadline, "an idle server did not exit"
+            time.sleep(0.5)
+        assert not list(Path(folder).glob("*.sock"))
+        assert rlbisect(env, "warm", "bogus").returncode == 2
+    finally:
+        rlbisect(env, "warm", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_what_the_server_refuses(tmp_path, monkeypatch):
+    me = launch.identity()
+    request = {**me, "argv": ["rlbisect", "check"]}
+    module = tmp_path / "m.py"
+    module.write_text("x = 1\n")
+    st = module.stat()
+    files = {str(module): (st.st_mtime_ns, st.st_size)}
+    assert warm_server._refusal(me, files, request, [0, 1, 2]) is None
+    assert "check` only" in warm_server._refusal(me, files, {**request, "argv": ["rlbisect", "run"]}, [0, 1, 2])
+    assert "did not arrive" in warm_server._refusal(me, files, request, [0])
+    assert "sys.path" in warm_server._refusal(me, files, {**request, "path": ["/elsewhere"]}, [0, 1, 2])
+    assert "(HOME)" in warm_server._refusal(me, files, {**request, "env": {**me["env"], "HOME": "/x"}}, [0, 1, 2])
+    module.write_text("x = 22\n")               # a file the server imported changed on disk
+    assert f"{module} changed" in warm_server._refusal(me, files, request, [0, 1, 2])
