@@ -123,6 +123,30 @@ def test_stop_status_and_idle_exit(tmp_path):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def test_a_server_whose_imports_changed_on_disk_refuses_and_exits(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("# imported by every interpreter started with this PYTHONPATH\n")
+    folder = tempfile.mkdtemp(prefix="rlbw", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(RLBISECT_WARM_DIR=folder, PYTHONPATH=os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")])))
+    try:
+        assert rlbisect(env, "warm", "start", "--idle", "10").returncode == 0
+        assert rlbisect(env, "check", "--json").returncode == 0
+        assert served(env) == 1
+        (site / "sitecustomize.py").write_text("# an upgrade of something the server had imported\n")
+        after = rlbisect(env, "check", "--json")
+        assert after.returncode == 0 and after.stdout
+        assert "sitecustomize.py changed since it started, so it stops now" in after.stderr
+        deadline = time.monotonic() + 10
+        while rlbisect(env, "warm", "status").returncode == 0:
+            assert time.monotonic() < deadline, "a server with stale imports kept running"
+            time.sleep(0.2)
+    finally:
+        rlbisect(env, "warm", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_what_the_server_refuses(tmp_path, monkeypatch):
     me = launch.identity()
     request = {**me, "argv": ["rlbisect", "check"]}
