@@ -169,6 +169,9 @@ def start(idle_minutes: float, timeout: float = 120.0) -> dict:
     """Start a fresh server for this interpreter and environment (replacing a running one) ->
     its status once it answers."""
     import subprocess
+    if sys.platform != "linux" or not hasattr(socket, "send_fds"):
+        raise WarmError("the warm server needs Linux (it passes your terminal over a Unix socket); "
+                        "checks run cold here")
     stop()
     folder = home()
     log = folder / (socket_path().stem + ".log")
