@@ -183,7 +183,6 @@ def _refusal(me: dict, files: dict, request: dict, fds: list[int]) -> str | None
 
 def _child(request: dict, me: dict, fds: list[int], listener, conn, running) -> None:
     """In the forked child: become the caller's ``rlbisect check``, run it, leave."""
-    code = 2
     try:
         for other in [listener, conn, *(c for c, _ in running.values())]:
             other.close()
@@ -209,7 +208,7 @@ def _child(request: dict, me: dict, fds: list[int], listener, conn, running) -> 
     except BaseException:
         import traceback
         traceback.print_exc()
-    os._exit(code)
+    os._exit(2)                         # only reached when the CLI did not exit itself
 
 
 def _killpg(pid: int, sig: int) -> None:
