@@ -17,14 +17,24 @@ mean (p95) predicate runs.
 Default: simulated. Both tools' search logic runs in-process against the same oracle:
 :func:`rlbisect.bisect.bayes.simulate` and git-bayesect's own ``Bisector`` class driven by the
 loop of its ``run`` command (:mod:`bayesect_peer`). With ``--real``: real repositories, each tool
-in its own clone through its CLI: ``python -m rlbisect.cli run GOOD..BAD --flaky --json OUT --
-sh -c SCRIPT`` and ``git bayesect start`` then ``run --confidence 0.95 sh -c SCRIPT`` (its
-``main()``, as the ``git bayesect`` command calls it), the script reading the commit's ``state``
-file and a run counter kept outside the repository. Measured so far, both modes give the same
-table run for run. Needs ``pip install 'git-bayesect==1.2'``.
+in its own clone through its CLI: ``python -m rlbisect.cli run GOOD..BAD --flaky --confidence C
+--json OUT -- sh -c SCRIPT`` and ``git bayesect start`` then ``run --confidence C sh -c
+SCRIPT`` (its ``main()``, as the ``git bayesect`` command calls it), the script reading the
+commit's ``state`` file and a run counter kept outside the repository. Measured so far, both
+modes give the same table run for run. Needs ``pip install 'git-bayesect==1.2'``.
 
-    python benchmarks/bench_flaky.py [--histories 40] [--commits 64] [--seed 2024]
+Frontier (``--frontier 0.95,0.97,0.98,0.99,0.995``, simulated): both tools at each confidence
+level on the same histories, so a wrong-answer rate can be compared with what it costs in runs
+rather than at one level each; ``--plot`` draws wrong answers against mean runs, one panel per
+case. ``--known-rates`` (simulated) gives rlbisect's search each case's true failure rates as
+its whole rate grid: the runs it then needs are what the search costs when only the culprit is
+unknown.
+
+    python benchmarks/bench_flaky.py [--histories 40] [--commits 64] [--seed 2024] [--confidence C]
     python benchmarks/bench_flaky.py --real [--histories 40] [--tools rlbisect,peer]
+    python benchmarks/bench_flaky.py --frontier 0.95,0.97,0.98,0.99,0.995 --histories 400 \
+        --plot docs/flaky-frontier.png
+    python benchmarks/bench_flaky.py --known-rates --histories 400
 """
 
 from __future__ import annotations
@@ -86,8 +96,9 @@ def history(seed: int, case: int, h: int, n: int) -> tuple[int, int]:
 
 def simulate_history(args: tuple) -> dict:
     """Both tools on one simulated history, in the alternating order."""
-    case, h, n, seed, peer_cap = args
+    case, h, n, seed, peer_cap, confidence, known = args
     _, before, after = CASES[case]
+    told = dict(before_grid=[before], after_grid=[after], rate_weights=np.ones((1, 1)))
     culprit, hseed = history(seed, case, h, n)
     out = {}
     for tool in (TOOLS if h % 2 == 0 else TOOLS[::-1]):
@@ -97,11 +108,12 @@ def simulate_history(args: tuple) -> dict:
             count[0] += 1
             return draw(hseed, count[0]) < round(1000 * (after if pos >= culprit else before))
         if tool == "rlbisect":
-            res = bayes.simulate(n, lambda pos: "bad" if fails(pos) else "good")
+            res = bayes.simulate(n, lambda pos: "bad" if fails(pos) else "good", confidence,
+                                 **(told if known else {}))
             named = res.decision.first_bad if res.decision.status == "found" else None
             out[tool] = (named, count[0], res.decision.status)
         else:
-            res = bayesect_peer.simulate(n, fails, max_runs=peer_cap)
+            res = bayesect_peer.simulate(n, fails, confidence, max_runs=peer_cap)
             out[tool] = (res.culprit, count[0], "found" if res.culprit is not None else "none")
     return {"case": case, "culprit": culprit, **out}
 
@@ -125,7 +137,7 @@ def build(path: Path, commits: int, culprit: int) -> None:
 
 def real_history(args: tuple) -> dict:
     """Both tools on one real repository (each in its own clone)."""
-    case, h, n, seed, tools, tmp = args
+    case, h, n, seed, tools, tmp, confidence = args
     _, before, after = CASES[case]
     culprit, hseed = history(seed, case, h, n)
     base = Path(tmp) / f"c{case}h{h}"
@@ -140,14 +152,15 @@ def real_history(args: tuple) -> dict:
         if tool == "rlbisect":
             js = base / "rlbisect.json"
             proc = subprocess.run([sys.executable, "-m", "rlbisect.cli", "run", f"{good}..{bad}",
-                                   "--repo", str(repo), "--flaky", "--json", str(js), "--",
+                                   "--repo", str(repo), "--flaky", "--confidence",
+                                   str(confidence), "--json", str(js), "--",
                                    *cmd], capture_output=True, text=True)
             data = json.loads(js.read_text()) if js.exists() else {}
             code = data.get("exit_code", proc.returncode)
             sha = data.get("first_bad") if code == 0 else None
             runs = int(data.get("n_runs", 0))
         else:
-            res, sha, code = bayesect_peer.run_real(repo, good, bad, cmd)
+            res, sha, code = bayesect_peer.run_real(repo, good, bad, cmd, confidence)
             runs = res.runs
         named = None
         if sha:
@@ -178,12 +191,91 @@ def table(results: list[dict], histories: int, tools: tuple[str, ...]) -> list[s
     return lines
 
 
+def measure(args: argparse.Namespace, cases: list[int], n: int, tools: tuple[str, ...],
+            confidence: float) -> list[dict]:
+    """Every history of every case, both tools, at one confidence level."""
+    with tempfile.TemporaryDirectory(prefix="rlbisect-bench-flaky-") as tmp, \
+            Pool(args.jobs) as pool:
+        if args.real:
+            jobs = [(c, h, n, args.seed, tools, tmp, confidence) for c in cases
+                    for h in range(args.histories)]
+            return pool.map(real_history, jobs, chunksize=1)
+        jobs = [(c, h, n, args.seed, args.peer_cap, confidence, args.known_rates) for c in cases
+                for h in range(args.histories)]
+        return pool.map(simulate_history, jobs, chunksize=4)
+
+
+def frontier_points(results: dict[float, list[dict]], case: int) -> dict[str, list[tuple]]:
+    """Per tool, one (confidence, mean runs, wrong answers) per level, for one case."""
+    out: dict[str, list[tuple]] = {t: [] for t in TOOLS}
+    for level, rows in sorted(results.items()):
+        rows = [r for r in rows if r["case"] == case]
+        for t in TOOLS:
+            wrong = sum(r[t][0] is not None and r[t][0] != r["culprit"] for r in rows)
+            out[t].append((level, float(np.mean([r[t][1] for r in rows])), wrong))
+    return out
+
+
+def frontier(args: argparse.Namespace, cases: list[int], n: int, levels: list[float]) -> None:
+    """Both tools at every level: per case, wrong answers against mean runs."""
+    results = {}
+    for level in levels:
+        t0 = time.perf_counter()
+        results[level] = measure(args, cases, n, TOOLS, level)
+        print(f"confidence {level}: {time.perf_counter() - t0:.0f}s", flush=True)
+    print(f"\n{'case':<34} {'confidence':>10} | rlbisect: wrong, mean runs | "
+          "peer: wrong, mean runs")
+    for c in cases:
+        points = frontier_points(results, c)
+        for (level, runs, wrong), (_, p_runs, p_wrong) in zip(points["rlbisect"], points["peer"]):
+            print(f"{CASES[c][0]:<34} {level:>10g} | {wrong:>4} {runs:>7.1f} | "
+                  f"{p_wrong:>4} {p_runs:>7.1f}")
+    if args.plot:
+        plot_frontier(results, cases, args.plot, args.histories)
+        print(f"plot: {args.plot}")
+
+
+def plot_frontier(results: dict[float, list[dict]], cases: list[int], path: Path,
+                  histories: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cols = 3
+    rows = -(-len(cases) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, c in zip(axes.flat, cases):
+        # rlbisect's levels above its points, the peer's below: on the clean rows both lie at 0
+        for t, style, dy in zip(TOOLS, ("o-", "s--"), (5, -11)):
+            pts = frontier_points(results, c)[t]
+            ax.plot([p[1] for p in pts], [100 * p[2] / histories for p in pts], style, label=t)
+            for level, runs, wrong in pts:
+                ax.annotate(f"{level:g}", (runs, 100 * wrong / histories), fontsize=7,
+                            textcoords="offset points", xytext=(0, dy), ha="center")
+        ax.axhline(100 / 40, color="grey", lw=0.8, ls=":")
+        ax.set_title(CASES[c][0], fontsize=10)
+        ax.set_xlabel("mean predicate runs")
+        ax.set_ylabel("wrong culprit named (%)")
+    for ax in list(axes.flat)[len(cases):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(f"--flaky vs git-bayesect: each point one --confidence level, {histories} "
+                 "histories per case (dotted: 1 in 40)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", type=int, default=64, help="commits per history, GOOD included")
     ap.add_argument("--histories", type=int, default=40, help="histories per case")
     ap.add_argument("--seed", type=int, default=2024, help="seed of culprits and run draws")
     ap.add_argument("--cases", default="", help="comma-separated case numbers 0..5 (all)")
+    ap.add_argument("--confidence", type=float, default=0.95, help="both tools' --confidence")
+    ap.add_argument("--frontier", default="",
+                    help="comma-separated confidence levels: both tools at each (simulated)")
+    ap.add_argument("--plot", type=Path, help="--frontier: draw wrong answers against runs")
+    ap.add_argument("--known-rates", action="store_true",
+                    help="simulated: tell rlbisect each case's true rates (what not knowing costs)")
     ap.add_argument("--real", action="store_true", help="real repositories through both CLIs")
     ap.add_argument("--tools", default="rlbisect,peer", help="--real: which tools to run")
     ap.add_argument("--peer-cap", type=int, default=2000,
@@ -193,23 +285,26 @@ def main() -> None:
     args = ap.parse_args()
     if (why := bayesect_peer.available()):
         sys.exit(f"bench_flaky: {why}")
+    levels = [float(x) for x in args.frontier.split(",") if x.strip()]
+    if not all(0.5 < c < 1 for c in [args.confidence, *levels]):
+        sys.exit("bench_flaky: confidence levels must lie between 0.5 and 1")
+    if args.real and (levels or args.known_rates):
+        sys.exit("bench_flaky: --frontier and --known-rates are simulated only (drop --real)")
+    if args.plot and not levels:
+        sys.exit("bench_flaky: --plot draws the frontier (add --frontier LEVELS)")
     n = args.commits - 1
-    cases = [int(c) for c in args.cases.split(",")] if args.cases else range(len(CASES))
+    cases = [int(c) for c in args.cases.split(",")] if args.cases else list(range(len(CASES)))
     tools = tuple(t for t in args.tools.split(",") if t in TOOLS) if args.real else TOOLS
     mode = "real git, both CLIs" if args.real else "simulated, both searches in-process"
+    conf = ",".join(f"{c:g}" for c in levels) if levels else f"{args.confidence:g}"
+    told = ", told the true rates" if args.known_rates else ""
     print(f"{args.commits}-commit histories, {args.histories} per case, seed {args.seed}, {mode}; "
-          f"rlbisect --flaky (confidence 0.95, budget {bayes.default_max_runs(n)} runs) vs "
-          f"git-bayesect {bayesect_peer.VERSION} run --confidence 0.95")
+          f"rlbisect --flaky (confidence {conf}, budget {bayes.default_max_runs(n)} runs{told}) vs "
+          f"git-bayesect {bayesect_peer.VERSION} run --confidence {conf}")
+    if levels:
+        return frontier(args, cases, n, levels)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="rlbisect-bench-flaky-") as tmp, \
-            Pool(args.jobs) as pool:
-        if args.real:
-            jobs = [(c, h, n, args.seed, tools, tmp) for c in cases for h in range(args.histories)]
-            results = pool.map(real_history, jobs, chunksize=1)
-        else:
-            jobs = [(c, h, n, args.seed, args.peer_cap) for c in cases
-                    for h in range(args.histories)]
-            results = pool.map(simulate_history, jobs, chunksize=4)
+    results = measure(args, cases, n, tools, args.confidence)
     if args.details:
         for r in results:
             print(f"case {r['case']} culprit {r['culprit']:>2}: "

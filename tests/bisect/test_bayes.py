@@ -416,3 +416,13 @@ def test_the_default_budget_grows_with_the_range():
     assert bayes.needed(0.95) == pytest.approx(1 - 0.05 / bayes.MARGIN)
     assert FlakySearch(5).stop_levels(0.95) == (bayes.needed(0.95),
                                                 bayes.needed(0.95, bayes.AGNOSTIC_MARGIN))
+
+
+def test_the_max_runs_help_states_the_budget_the_search_uses():
+    """The help once said "12 per halving, at least 20" while the search allowed 40 and 80."""
+    import re
+    from rlbisect.bisect.options import BisectOptions
+    text = BisectOptions.model_fields["max_runs"].description
+    per, floor = map(int, re.search(r"(\d+) per halving .* at least (\d+)", text).groups())
+    for n in (1, 7, 63, 64, 1000):
+        assert bayes.default_max_runs(n) == max(floor, per * math.ceil(math.log2(n + 2)))
