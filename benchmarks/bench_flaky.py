@@ -98,7 +98,8 @@ def simulate_history(args: tuple) -> dict:
     """Both tools on one simulated history, in the alternating order."""
     case, h, n, seed, peer_cap, confidence, known = args
     _, before, after = CASES[case]
-    told = dict(before_grid=[before], after_grid=[after], rate_weights=np.ones((1, 1)))
+    told = (dict(before_grid=[before], after_grid=[after], rate_weights=np.ones((1, 1)))
+            if known else {})
     culprit, hseed = history(seed, case, h, n)
     out = {}
     for tool in (TOOLS if h % 2 == 0 else TOOLS[::-1]):
@@ -108,8 +109,7 @@ def simulate_history(args: tuple) -> dict:
             count[0] += 1
             return draw(hseed, count[0]) < round(1000 * (after if pos >= culprit else before))
         if tool == "rlbisect":
-            res = bayes.simulate(n, lambda pos: "bad" if fails(pos) else "good", confidence,
-                                 **(told if known else {}))
+            res = bayes.simulate(n, lambda pos: "bad" if fails(pos) else "good", confidence, **told)
             named = res.decision.first_bad if res.decision.status == "found" else None
             out[tool] = (named, count[0], res.decision.status)
         else:
@@ -245,8 +245,9 @@ def plot_frontier(results: dict[float, list[dict]], cases: list[int], path: Path
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
     for ax, c in zip(axes.flat, cases):
         # rlbisect's levels above its points, the peer's below: on the clean rows both lie at 0
+        points = frontier_points(results, c)
         for t, style, dy in zip(TOOLS, ("o-", "s--"), (5, -11)):
-            pts = frontier_points(results, c)[t]
+            pts = points[t]
             ax.plot([p[1] for p in pts], [100 * p[2] / histories for p in pts], style, label=t)
             for level, runs, wrong in pts:
                 ax.annotate(f"{level:g}", (runs, 100 * wrong / histories), fontsize=7,
