@@ -28,13 +28,15 @@ level on the same histories, so a wrong-answer rate can be compared with what it
 rather than at one level each; ``--plot`` draws wrong answers against mean runs, one panel per
 case. ``--known-rates`` (simulated) gives rlbisect's search each case's true failure rates as
 its whole rate grid: the runs it then needs are what the search costs when only the culprit is
-unknown.
+unknown. ``--known-rates choice`` tells only the choice of the next run (the stop still weighs
+every rate pair), ``--known-rates stop`` only the stop: which half of the search pays for not
+knowing the rates, in runs and in wrong answers.
 
     python benchmarks/bench_flaky.py [--histories 40] [--commits 64] [--seed 2024] [--confidence C]
     python benchmarks/bench_flaky.py --real [--histories 40] [--tools rlbisect,peer]
     python benchmarks/bench_flaky.py --frontier 0.95,0.97,0.98,0.99,0.995 --histories 400 \
         --plot docs/flaky-frontier.png
-    python benchmarks/bench_flaky.py --known-rates --histories 400
+    python benchmarks/bench_flaky.py --known-rates [both|choice|stop] --histories 400
 """
 
 from __future__ import annotations
@@ -94,12 +96,54 @@ def history(seed: int, case: int, h: int, n: int) -> tuple[int, int]:
     return random.Random(hseed).randint(1, n), hseed
 
 
+class ToldSearch(bayes.FlakySearch):
+    """rlbisect's search with the true rates told to one half of it: ``choice`` (which run
+    next) or ``stop`` (the posteriors the stop reads); the other half weighs every rate pair."""
+
+    def __init__(self, n: int, rates: tuple[float, float], part: str):
+        super().__init__(n)
+        self.part = part
+        self.truth = bayes.FlakySearch(n, before_grid=[rates[0]], after_grid=[rates[1]],
+                                       rate_weights=np.ones((1, 1)))
+
+    def observe(self, position: int, verdict) -> None:
+        super().observe(position, verdict)
+        self.truth.observe(position, verdict)
+
+    def information_gain(self) -> np.ndarray:
+        return self.truth.information_gain() if self.part == "choice" else \
+            super().information_gain()
+
+    def culprit_posterior(self) -> np.ndarray:
+        return self.truth.culprit_posterior() if self.part == "stop" else \
+            super().culprit_posterior()
+
+    def agnostic_posterior(self) -> np.ndarray:
+        return self.truth.agnostic_posterior() if self.part == "stop" else \
+            super().agnostic_posterior()
+
+
+def search_rlbisect(n: int, fails, confidence: float, rates: tuple[float, float],
+                    known: str) -> bayes.Decision:
+    """rlbisect's whole search against ``fails`` (position -> bool); ``known``: "" (the rates
+    unknown, as shipped), "both", "choice" or "stop" (the true ``rates`` told to that part)."""
+    verdict = (lambda pos: "bad" if fails(pos) else "good")
+    if known in ("", "both"):
+        told = (dict(before_grid=[rates[0]], after_grid=[rates[1]], rate_weights=np.ones((1, 1)))
+                if known else {})
+        return bayes.simulate(n, verdict, confidence, **told).decision
+    search = ToldSearch(n, rates, known)
+    cap = bayes.default_max_runs(n)
+    while (d := search.decide(confidence, cap)).status == "probe":
+        assert d.probe is not None
+        search.observe(d.probe, verdict(d.probe))
+    return d
+
+
 def simulate_history(args: tuple) -> dict:
     """Both tools on one simulated history, in the alternating order."""
     case, h, n, seed, peer_cap, confidence, known = args
     _, before, after = CASES[case]
-    told = (dict(before_grid=[before], after_grid=[after], rate_weights=np.ones((1, 1)))
-            if known else {})
     culprit, hseed = history(seed, case, h, n)
     out = {}
     for tool in (TOOLS if h % 2 == 0 else TOOLS[::-1]):
@@ -109,9 +153,9 @@ def simulate_history(args: tuple) -> dict:
             count[0] += 1
             return draw(hseed, count[0]) < round(1000 * (after if pos >= culprit else before))
         if tool == "rlbisect":
-            res = bayes.simulate(n, lambda pos: "bad" if fails(pos) else "good", confidence, **told)
-            named = res.decision.first_bad if res.decision.status == "found" else None
-            out[tool] = (named, count[0], res.decision.status)
+            decision = search_rlbisect(n, fails, confidence, (before, after), known)
+            named = decision.first_bad if decision.status == "found" else None
+            out[tool] = (named, count[0], decision.status)
         else:
             res = bayesect_peer.simulate(n, fails, confidence, max_runs=peer_cap)
             out[tool] = (res.culprit, count[0], "found" if res.culprit is not None else "none")
@@ -275,8 +319,10 @@ def main() -> None:
     ap.add_argument("--frontier", default="",
                     help="comma-separated confidence levels: both tools at each (simulated)")
     ap.add_argument("--plot", type=Path, help="--frontier: draw wrong answers against runs")
-    ap.add_argument("--known-rates", action="store_true",
-                    help="simulated: tell rlbisect each case's true rates (what not knowing costs)")
+    ap.add_argument("--known-rates", nargs="?", const="both", default="",
+                    choices=("both", "choice", "stop"),
+                    help="simulated: tell rlbisect each case's true rates (what not knowing "
+                         "costs); 'choice' or 'stop' tells only that half of the search")
     ap.add_argument("--real", action="store_true", help="real repositories through both CLIs")
     ap.add_argument("--tools", default="rlbisect,peer", help="--real: which tools to run")
     ap.add_argument("--peer-cap", type=int, default=2000,
@@ -298,7 +344,9 @@ def main() -> None:
     tools = tuple(t for t in args.tools.split(",") if t in TOOLS) if args.real else TOOLS
     mode = "real git, both CLIs" if args.real else "simulated, both searches in-process"
     conf = ",".join(f"{c:g}" for c in levels) if levels else f"{args.confidence:g}"
-    told = ", told the true rates" if args.known_rates else ""
+    told = {"": "", "both": ", told the true rates",
+            "choice": ", told the true rates for choosing runs only",
+            "stop": ", told the true rates for stopping only"}[args.known_rates]
     print(f"{args.commits}-commit histories, {args.histories} per case, seed {args.seed}, {mode}; "
           f"rlbisect --flaky (confidence {conf}, budget {bayes.default_max_runs(n)} runs{told}) vs "
           f"git-bayesect {bayesect_peer.VERSION} run --confidence {conf}")
