@@ -56,6 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bayesect_peer  # noqa: E402
+from flaky_told import search_rlbisect  # noqa: E402
 
 from rlbisect.bisect import bayes  # noqa: E402
 
@@ -94,50 +95,6 @@ def history(seed: int, case: int, h: int, n: int) -> tuple[int, int]:
     """(culprit position 1..n, the seed of its run draws) of history ``h`` of a case."""
     hseed = seed * 1000 + case * 100_000 + h
     return random.Random(hseed).randint(1, n), hseed
-
-
-class ToldSearch(bayes.FlakySearch):
-    """rlbisect's search with the true rates told to one half of it: ``choice`` (which run
-    next) or ``stop`` (the posteriors the stop reads); the other half weighs every rate pair."""
-
-    def __init__(self, n: int, rates: tuple[float, float], part: str):
-        super().__init__(n)
-        self.part = part
-        self.truth = bayes.FlakySearch(n, before_grid=[rates[0]], after_grid=[rates[1]],
-                                       rate_weights=np.ones((1, 1)))
-
-    def observe(self, position: int, verdict) -> None:
-        super().observe(position, verdict)
-        self.truth.observe(position, verdict)
-
-    def information_gain(self) -> np.ndarray:
-        return self.truth.information_gain() if self.part == "choice" else \
-            super().information_gain()
-
-    def culprit_posterior(self) -> np.ndarray:
-        return self.truth.culprit_posterior() if self.part == "stop" else \
-            super().culprit_posterior()
-
-    def agnostic_posterior(self) -> np.ndarray:
-        return self.truth.agnostic_posterior() if self.part == "stop" else \
-            super().agnostic_posterior()
-
-
-def search_rlbisect(n: int, fails, confidence: float, rates: tuple[float, float],
-                    known: str) -> bayes.Decision:
-    """rlbisect's whole search against ``fails`` (position -> bool); ``known``: "" (the rates
-    unknown, as shipped), "both", "choice" or "stop" (the true ``rates`` told to that part)."""
-    verdict = (lambda pos: "bad" if fails(pos) else "good")
-    if known in ("", "both"):
-        told = (dict(before_grid=[rates[0]], after_grid=[rates[1]], rate_weights=np.ones((1, 1)))
-                if known else {})
-        return bayes.simulate(n, verdict, confidence, **told).decision
-    search = ToldSearch(n, rates, known)
-    cap = bayes.default_max_runs(n)
-    while (d := search.decide(confidence, cap)).status == "probe":
-        assert d.probe is not None
-        search.observe(d.probe, verdict(d.probe))
-    return d
 
 
 def simulate_history(args: tuple) -> dict:
@@ -216,6 +173,11 @@ def real_history(args: tuple) -> dict:
     return out
 
 
+def wrong_count(rows: list[dict], tool: str) -> int:
+    """Histories where ``tool`` named a commit other than the culprit."""
+    return sum(r[tool][0] is not None and r[tool][0] != r["culprit"] for r in rows)
+
+
 def table(results: list[dict], histories: int, tools: tuple[str, ...]) -> list[str]:
     """One row per case: right, wrong-with-a-culprit, no answer, mean (p95) runs per tool."""
     head = " | ".join(f"{t}: right wrong none  mean(p95) runs" for t in tools)
@@ -227,7 +189,7 @@ def table(results: list[dict], histories: int, tools: tuple[str, ...]) -> list[s
         cells = []
         for t in tools:
             right = sum(r[t][0] == r["culprit"] for r in rows)
-            wrong = sum(r[t][0] is not None and r[t][0] != r["culprit"] for r in rows)
+            wrong = wrong_count(rows, t)
             runs = np.array([r[t][1] for r in rows])
             cells.append(f"{right:>5}/{histories} {wrong:>3} {len(rows) - right - wrong:>4}  "
                          f"{runs.mean():>6.1f} ({np.percentile(runs, 95):>3.0f})")
@@ -255,7 +217,7 @@ def frontier_points(results: dict[float, list[dict]], case: int) -> dict[str, li
     for level, rows in sorted(results.items()):
         rows = [r for r in rows if r["case"] == case]
         for t in TOOLS:
-            wrong = sum(r[t][0] is not None and r[t][0] != r["culprit"] for r in rows)
+            wrong = wrong_count(rows, t)
             out[t].append((level, float(np.mean([r[t][1] for r in rows])), wrong))
     return out
 
