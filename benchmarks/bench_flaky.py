@@ -30,13 +30,15 @@ case. ``--known-rates`` (simulated) gives rlbisect's search each case's true fai
 its whole rate grid: the runs it then needs are what the search costs when only the culprit is
 unknown. ``--known-rates choice`` tells only the choice of the next run (the stop still weighs
 every rate pair), ``--known-rates stop`` only the stop: which half of the search pays for not
-knowing the rates, in runs and in wrong answers.
+knowing the rates, in runs and in wrong answers. ``--blocks 40`` counts issue 15's bars per block
+of 40 histories (:mod:`flaky_blocks`); ``--peer-confidence`` runs the peer at another level.
 
     python benchmarks/bench_flaky.py [--histories 40] [--commits 64] [--seed 2024] [--confidence C]
     python benchmarks/bench_flaky.py --real [--histories 40] [--tools rlbisect,peer]
     python benchmarks/bench_flaky.py --frontier 0.95,0.97,0.98,0.99,0.995 --histories 400 \
         --plot docs/flaky-frontier.png
     python benchmarks/bench_flaky.py --known-rates [both|choice|stop] --histories 400
+    python benchmarks/bench_flaky.py --histories 400 --blocks 40 [--peer-confidence 0.95]
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bayesect_peer  # noqa: E402
+from flaky_blocks import block_lines  # noqa: E402
 from flaky_told import search_rlbisect  # noqa: E402
 
 from rlbisect.bisect import bayes  # noqa: E402
@@ -99,7 +102,7 @@ def history(seed: int, case: int, h: int, n: int) -> tuple[int, int]:
 
 def simulate_history(args: tuple) -> dict:
     """Both tools on one simulated history, in the alternating order."""
-    case, h, n, seed, peer_cap, confidence, known = args
+    case, h, n, seed, peer_cap, (confidence, peer_confidence), known = args
     _, before, after = CASES[case]
     culprit, hseed = history(seed, case, h, n)
     out = {}
@@ -114,9 +117,9 @@ def simulate_history(args: tuple) -> dict:
             named = decision.first_bad if decision.status == "found" else None
             out[tool] = (named, count[0], decision.status)
         else:
-            res = bayesect_peer.simulate(n, fails, confidence, max_runs=peer_cap)
+            res = bayesect_peer.simulate(n, fails, peer_confidence, max_runs=peer_cap)
             out[tool] = (res.culprit, count[0], "found" if res.culprit is not None else "none")
-    return {"case": case, "culprit": culprit, **out}
+    return {"case": case, "h": h, "culprit": culprit, **out}
 
 
 def build(path: Path, commits: int, culprit: int) -> None:
@@ -206,7 +209,8 @@ def measure(args: argparse.Namespace, cases: list[int], n: int, tools: tuple[str
             jobs = [(c, h, n, args.seed, tools, tmp, confidence) for c in cases
                     for h in range(args.histories)]
             return pool.map(real_history, jobs, chunksize=1)
-        jobs = [(c, h, n, args.seed, args.peer_cap, confidence, args.known_rates) for c in cases
+        levels = (confidence, confidence if args.peer_confidence is None else args.peer_confidence)
+        jobs = [(c, h, n, args.seed, args.peer_cap, levels, args.known_rates) for c in cases
                 for h in range(args.histories)]
         return pool.map(simulate_history, jobs, chunksize=4)
 
@@ -278,6 +282,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2024, help="seed of culprits and run draws")
     ap.add_argument("--cases", default="", help="comma-separated case numbers 0..5 (all)")
     ap.add_argument("--confidence", type=float, default=0.95, help="both tools' --confidence")
+    ap.add_argument("--peer-confidence", type=float,
+                    help="simulated: the peer's --confidence, if not --confidence")
+    ap.add_argument("--blocks", type=int, default=0, metavar="SIZE",
+                    help="simulated: count issue 15's bars per block of SIZE histories")
     ap.add_argument("--frontier", default="",
                     help="comma-separated confidence levels: both tools at each (simulated)")
     ap.add_argument("--plot", type=Path, help="--frontier: draw wrong answers against runs")
@@ -297,8 +305,13 @@ def main() -> None:
     levels = [float(x) for x in args.frontier.split(",") if x.strip()]
     if not all(0.5 < c < 1 for c in [args.confidence, *levels]):
         sys.exit("bench_flaky: confidence levels must lie between 0.5 and 1")
-    if args.real and (levels or args.known_rates):
-        sys.exit("bench_flaky: --frontier and --known-rates are simulated only (drop --real)")
+    peer_level = args.peer_confidence is not None
+    if args.real and (levels or args.known_rates or peer_level or args.blocks) \
+            or levels and (peer_level or args.blocks):
+        sys.exit("bench_flaky: --frontier, --known-rates, --peer-confidence and --blocks are "
+                 "simulated only, and --frontier sets both tools' levels alone")
+    if peer_level and not 0.5 < args.peer_confidence < 1 or args.blocks < 0:
+        sys.exit("bench_flaky: --peer-confidence must lie between 0.5 and 1, --blocks >= 1")
     if args.plot and not levels:
         sys.exit("bench_flaky: --plot draws the frontier (add --frontier LEVELS)")
     n = args.commits - 1
@@ -306,12 +319,13 @@ def main() -> None:
     tools = tuple(t for t in args.tools.split(",") if t in TOOLS) if args.real else TOOLS
     mode = "real git, both CLIs" if args.real else "simulated, both searches in-process"
     conf = ",".join(f"{c:g}" for c in levels) if levels else f"{args.confidence:g}"
+    peer_conf = f"{args.peer_confidence:g}" if peer_level else conf
     told = {"": "", "both": ", told the true rates",
             "choice": ", told the true rates for choosing runs only",
             "stop": ", told the true rates for stopping only"}[args.known_rates]
     print(f"{args.commits}-commit histories, {args.histories} per case, seed {args.seed}, {mode}; "
           f"rlbisect --flaky (confidence {conf}, budget {bayes.default_max_runs(n)} runs{told}) vs "
-          f"git-bayesect {bayesect_peer.VERSION} run --confidence {conf}")
+          f"git-bayesect {bayesect_peer.VERSION} run --confidence {peer_conf}")
     if levels:
         return frontier(args, cases, n, levels)
     t0 = time.perf_counter()
@@ -326,6 +340,9 @@ def main() -> None:
         if "rlbisect" in r:
             statuses[r["rlbisect"][2]] = statuses.get(r["rlbisect"][2], 0) + 1
     print(f"rlbisect outcomes: {statuses}; {time.perf_counter() - t0:.0f}s")
+    if args.blocks:
+        print("\n".join(block_lines(results, [f"{l} ({b:g} -> {a:g})" for l, b, a in CASES],
+                                     args.blocks)))
 
 
 if __name__ == "__main__":
