@@ -49,8 +49,7 @@ def block_lines(results: list[dict], labels: list[str], size: int) -> list[str]:
         both = sum(x[0] and x[2] for x in ok[c])
         lines.append(f"{labels[c]:<34} | {a:>8}/{count:<8} | {p:>6}/{count:<6} | "
                      f"{f:>10}/{count:<8} | {both:>6}/{count}")
-    every = [all(ok[c][b][i] for c in cases) for i in range(3) for b in range(count)]
-    a, p, f = (sum(every[i * count:(i + 1) * count]) for i in range(3))
+    a, p, f = (sum(all(ok[c][b][i] for c in cases) for b in range(count)) for i in range(3))
     both = sum(all(ok[c][b][0] and ok[c][b][2] for c in cases) for b in range(count))
     lines.append(f"{'every case at once':<34} | {a:>8}/{count:<8} | {p:>6}/{count:<6} | "
                  f"{f:>10}/{count:<8} | {both:>6}/{count}")
