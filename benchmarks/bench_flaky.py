@@ -58,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bayesect_peer  # noqa: E402
-from flaky_blocks import block_lines  # noqa: E402
+from flaky_blocks import block_lines, wrong_count  # noqa: E402
 from flaky_told import search_rlbisect  # noqa: E402
 
 from rlbisect.bisect import bayes  # noqa: E402
@@ -176,16 +176,16 @@ def real_history(args: tuple) -> dict:
     return out
 
 
-def wrong_count(rows: list[dict], tool: str) -> int:
-    """Histories where ``tool`` named a commit other than the culprit."""
-    return sum(r[tool][0] is not None and r[tool][0] != r["culprit"] for r in rows)
+def row_label(case: int) -> str:
+    label, before, after = CASES[case]
+    return f"{label} ({before:g} -> {after:g})"
 
 
 def table(results: list[dict], histories: int, tools: tuple[str, ...]) -> list[str]:
     """One row per case: right, wrong-with-a-culprit, no answer, mean (p95) runs per tool."""
     head = " | ".join(f"{t}: right wrong none  mean(p95) runs" for t in tools)
     lines = [f"{'case (rate before -> from the culprit on)':<34} | {head}"]
-    for c, (label, before, after) in enumerate(CASES):
+    for c in range(len(CASES)):
         rows = [r for r in results if r["case"] == c]
         if not rows:
             continue
@@ -196,7 +196,7 @@ def table(results: list[dict], histories: int, tools: tuple[str, ...]) -> list[s
             runs = np.array([r[t][1] for r in rows])
             cells.append(f"{right:>5}/{histories} {wrong:>3} {len(rows) - right - wrong:>4}  "
                          f"{runs.mean():>6.1f} ({np.percentile(runs, 95):>3.0f})")
-        lines.append(f"{label + f' ({before:g} -> {after:g})':<34} | " + " | ".join(cells))
+        lines.append(f"{row_label(c):<34} | " + " | ".join(cells))
     return lines
 
 
@@ -341,7 +341,7 @@ def main() -> None:
             statuses[r["rlbisect"][2]] = statuses.get(r["rlbisect"][2], 0) + 1
     print(f"rlbisect outcomes: {statuses}; {time.perf_counter() - t0:.0f}s")
     if args.blocks:
-        print("\n".join(block_lines(results, [f"{l} ({b:g} -> {a:g})" for l, b, a in CASES],
+        print("\n".join(block_lines(results, [row_label(c) for c in range(len(CASES))],
                                      args.blocks)))
 
 

@@ -15,10 +15,14 @@ import numpy as np
 TOOLS = ("rlbisect", "peer")
 
 
+def wrong_count(rows: list[dict], tool: str) -> int:
+    """Histories where ``tool`` named a commit other than the culprit."""
+    return sum(r[tool][0] is not None and r[tool][0] != r["culprit"] for r in rows)
+
+
 def _tally(rows: list[dict], tool: str) -> tuple[int, int, float]:
     right = sum(r[tool][0] == r["culprit"] for r in rows)
-    wrong = sum(r[tool][0] is not None and r[tool][0] != r["culprit"] for r in rows)
-    return right, wrong, float(np.mean([r[tool][1] for r in rows]))
+    return right, wrong_count(rows, tool), float(np.mean([r[tool][1] for r in rows]))
 
 
 def accurate(right: int, wrong: int, count: int) -> bool:

@@ -40,8 +40,8 @@ class ToldSearch(bayes.FlakySearch):
             super().agnostic_posterior()
 
 
-def search_rlbisect(n: int, fails: Callable[[int], bool], confidence: float, rates: tuple[float, float],
-                    known: str) -> bayes.Decision:
+def search_rlbisect(n: int, fails: Callable[[int], bool], confidence: float,
+                    rates: tuple[float, float], known: str) -> bayes.Decision:
     """rlbisect's whole search against ``fails`` (position -> bool); ``known``: "" (the rates
     unknown, as shipped), "both", "choice" or "stop" (the true ``rates`` told to that part)."""
     def verdict(pos: int) -> Verdict:
