@@ -14,24 +14,17 @@ converged on a wrong commit, GOOD included), no answer (rlbisect's exit 3/5/6; t
 converge within --peer-cap runs, or 30 minutes with --real: it has no budget of its own), and
 mean (p95) predicate runs.
 
-Default: simulated. Both tools' search logic runs in-process against the same oracle:
-:func:`rlbisect.bisect.bayes.simulate` and git-bayesect's own ``Bisector`` class driven by the
-loop of its ``run`` command (:mod:`bayesect_peer`). With ``--real``: real repositories, each tool
-in its own clone through its CLI: ``python -m rlbisect.cli run GOOD..BAD --flaky --confidence C
---json OUT -- sh -c SCRIPT`` and ``git bayesect start`` then ``run --confidence C sh -c
-SCRIPT`` (its ``main()``, as the ``git bayesect`` command calls it), the script reading the
-commit's ``state`` file and a run counter kept outside the repository. Measured so far, both
-modes give the same table run for run. Needs ``pip install 'git-bayesect==1.2'``.
+Default: simulated: :func:`rlbisect.bisect.bayes.simulate` and git-bayesect's own ``Bisector``
+driven by the loop of its ``run`` command (:mod:`bayesect_peer`), in-process, same oracle.
+``--real``: a real repository per history and tool, each through its CLI (``rlbisect run --flaky``,
+``git bayesect start`` and ``run``) with the ``sh`` predicate; both modes give the same table run
+for run. Needs ``pip install 'git-bayesect==1.2'``.
 
-Frontier (``--frontier 0.95,0.97,0.98,0.99,0.995``, simulated): both tools at each confidence
-level on the same histories, so a wrong-answer rate can be compared with what it costs in runs
-rather than at one level each; ``--plot`` draws wrong answers against mean runs, one panel per
-case. ``--known-rates`` (simulated) gives rlbisect's search each case's true failure rates as
-its whole rate grid: the runs it then needs are what the search costs when only the culprit is
-unknown. ``--known-rates choice`` tells only the choice of the next run (the stop still weighs
-every rate pair), ``--known-rates stop`` only the stop: which half of the search pays for not
-knowing the rates, in runs and in wrong answers. ``--blocks 40`` counts issue 15's bars per block
-of 40 histories (:mod:`flaky_blocks`); ``--peer-confidence`` runs the peer at another level.
+Also: ``--frontier LEVELS [--plot PNG]``, both tools at each confidence level (wrong answers
+against runs); ``--known-rates [both|choice|stop]``, rlbisect told the true rates, for all of
+its search or one half (what not knowing them costs); ``--blocks 40``, issue 15's bars counted per
+block of 40 histories (:mod:`flaky_blocks`); ``--peer-confidence``, the peer at another level;
+``--pairs F0:F1,...``, other rate pairs instead of the six cases.
 
     python benchmarks/bench_flaky.py [--histories 40] [--commits 64] [--seed 2024] [--confidence C]
     python benchmarks/bench_flaky.py --real [--histories 40] [--tools rlbisect,peer]
@@ -39,6 +32,7 @@ of 40 histories (:mod:`flaky_blocks`); ``--peer-confidence`` runs the peer at an
         --plot docs/flaky-frontier.png
     python benchmarks/bench_flaky.py --known-rates [both|choice|stop] --histories 400
     python benchmarks/bench_flaky.py --histories 400 --blocks 40 [--peer-confidence 0.95]
+    python benchmarks/bench_flaky.py --pairs 0:0.3,0.4:0.8,0.6:1 --histories 200
 """
 
 from __future__ import annotations
@@ -176,9 +170,22 @@ def real_history(args: tuple) -> dict:
     return out
 
 
+def parse_pairs(text: str) -> tuple:
+    """``--pairs "0:0.3,0.6:1"`` -> cases like :data:`CASES`; bad input exits with a reason."""
+    try:
+        pairs = [tuple(float(x) for x in p.split(":")) for p in text.split(",") if p.strip()]
+    except ValueError:
+        pairs = []
+    if not pairs or any(len(p) != 2 or not 0 <= p[0] <= 1 or not 0 <= p[1] <= 1 for p in pairs):
+        sys.exit(f"bench_flaky: --pairs wants F0:F1[,F0:F1...] with rates in [0, 1], "
+                 f"not {text!r}")
+    return tuple((f"{a:g} -> {b:g}", a, b) for a, b in pairs)
+
+
 def row_label(case: int) -> str:
     label, before, after = CASES[case]
-    return f"{label} ({before:g} -> {after:g})"
+    rates = f"{before:g} -> {after:g}"
+    return label if label == rates else f"{label} ({rates})"
 
 
 def table(results: list[dict], histories: int, tools: tuple[str, ...]) -> list[str]:
@@ -281,6 +288,8 @@ def main() -> None:
     ap.add_argument("--histories", type=int, default=40, help="histories per case")
     ap.add_argument("--seed", type=int, default=2024, help="seed of culprits and run draws")
     ap.add_argument("--cases", default="", help="comma-separated case numbers 0..5 (all)")
+    ap.add_argument("--pairs", default="", metavar="F0:F1,...",
+                    help="other cases instead: failure rates before:from the culprit")
     ap.add_argument("--confidence", type=float, default=0.95, help="both tools' --confidence")
     ap.add_argument("--peer-confidence", type=float,
                     help="simulated: the peer's --confidence, if not --confidence")
@@ -314,6 +323,9 @@ def main() -> None:
         sys.exit("bench_flaky: --peer-confidence must lie between 0.5 and 1, --blocks >= 1")
     if args.plot and not levels:
         sys.exit("bench_flaky: --plot draws the frontier (add --frontier LEVELS)")
+    if args.pairs:
+        global CASES
+        CASES = parse_pairs(args.pairs)
     n = args.commits - 1
     cases = [int(c) for c in args.cases.split(",")] if args.cases else list(range(len(CASES)))
     tools = tuple(t for t in args.tools.split(",") if t in TOOLS) if args.real else TOOLS

@@ -35,10 +35,6 @@ class ToldSearch(bayes.FlakySearch):
         return self.truth.culprit_posterior() if self.part == "stop" else \
             super().culprit_posterior()
 
-    def agnostic_posterior(self) -> np.ndarray:
-        return self.truth.agnostic_posterior() if self.part == "stop" else \
-            super().agnostic_posterior()
-
 
 def search_rlbisect(n: int, fails: Callable[[int], bool], confidence: float,
                     rates: tuple[float, float], known: str) -> bayes.Decision:

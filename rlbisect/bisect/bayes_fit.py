@@ -1,12 +1,11 @@
 """The numbers behind bayes.py: its rate prior, and the check that one step explains the runs.
 
 Pure: numpy only. :func:`rate_prior` is the prior over (failure rate before the culprit, rate
-from it on) that ``bayes`` documents, :func:`agnostic_prior` the flat one its stop also asks;
-:func:`grid_loglik`, :func:`entropy_bits` and :func:`summary` are the arithmetic of its posterior.
+from it on) that ``bayes`` documents; :func:`grid_loglik`, :func:`entropy_bits` and :func:`summary` are the arithmetic of its posterior.
 
 Fit. The model says every commit before the culprit fails at one rate and every commit from it on
 at another. A history can break that: the predicate is bad only in a band of commits, it got
-worse twice in the range, it drifts, or one side fails at a rate the prior does not allow. The
+worse twice in the range, it drifts, or the rate rises by less than the model's smallest step. The
 posterior cannot tell (it still ranks the culprits it has); a posterior predictive check can.
 
 Discrepancy of a draw ``(k, f0, f1)``: :func:`split_statistic`, the largest likelihood-ratio
@@ -28,41 +27,31 @@ from typing import Sequence
 import numpy as np
 
 
-BEFORE_GRID = np.round(np.arange(0.0, 0.25 + 1e-9, 0.025), 4)  #: failure rates before the culprit
-AFTER_GRID = np.round(np.arange(0.45, 1.0 + 1e-9, 0.025), 4)  #: failure rates from it on
-MIN_GAP = 0.35          #: the smallest rise of the failure rate the model holds
-P_CLEAN, P_SYMMETRIC = 0.25, 0.25      #: prior of (0, 1) and of the line f1 = 1 - f0
-P_GOOD_EXACT, P_BAD_EXACT = 0.3, 0.2   #: within the rest: f0 = 0, f1 = 1
-BEFORE_SHAPE = 8.0      #: f0 leans small as Beta(1, BEFORE_SHAPE)
+STEP = 0.025            #: spacing of both rate grids
+MIN_GAP = 0.2           #: the smallest rise of the failure rate the model holds
+BEFORE_GRID = np.round(np.arange(0.0, 1.0 - MIN_GAP + 1e-9, STEP), 4)  #: rates before the culprit
+AFTER_GRID = np.round(np.arange(MIN_GAP, 1.0 + 1e-9, STEP), 4)        #: rates from it on
 
 
 def rate_prior(before: Sequence[float] = BEFORE_GRID,
                after: Sequence[float] = AFTER_GRID) -> np.ndarray:
-    """Prior weights of ``(f0, f1)`` on the grid, shape ``(len(before), len(after))``."""
+    """Prior weights of ``(f0, f1)`` on the grid, shape ``(len(before), len(after))``: each
+    rate Jeffreys' Beta(1/2, 1/2) on its own (git-bayesect's prior), kept where
+    ``f1 - f0 >= MIN_GAP`` (every pair if none is: a caller's own grid, such as the true rates)."""
     f0, f1 = np.asarray(before, float), np.asarray(after, float)
-    a, b = np.meshgrid(f0, f1, indexing="ij")
-    ok = b - a >= MIN_GAP - 1e-9
-    lean = (1.0 - f0) ** (BEFORE_SHAPE - 1)
-
-    def spread(exact: np.ndarray, weights: np.ndarray, p_exact: float) -> np.ndarray:
-        return (1 - p_exact) * weights / weights.sum() + p_exact * exact / max(exact.sum(), 1)
-    product = np.outer(spread(f0 == 0, lean, P_GOOD_EXACT), spread(f1 == 1, np.ones_like(f1),
-                                                                      P_BAD_EXACT)) * ok
-    parts = [(P_CLEAN, ((a == 0) & (b == 1)).astype(float)),
-             (P_SYMMETRIC, (np.isclose(a + b, 1) & (a > 0) & ok) * lean[:, None]),
-             (1 - P_CLEAN - P_SYMMETRIC, product)]
-    w = sum(p * m / m.sum() for p, m in parts if m.sum() > 0)
+    ok = np.subtract.outer(f1, f0).T >= MIN_GAP - 1e-9
+    w = np.outer(jeffreys_mass(f0), jeffreys_mass(f1)) * (ok if ok.any() else 1.0)
     return w / w.sum()
 
 
-def agnostic_prior(before: Sequence[float] = BEFORE_GRID,
-                   after: Sequence[float] = AFTER_GRID) -> np.ndarray:
-    """Every ``(f0, f1)`` with the gap equally likely: no lean towards a clean predicate, so a
-    rise from 0.2 to 0.6 weighs as much as no flips at all (every pair if none has the gap)."""
-    a, b = np.meshgrid(np.asarray(before, float), np.asarray(after, float), indexing="ij")
-    ok = (b - a >= MIN_GAP - 1e-9).astype(float)
-    w = ok if ok.sum() else np.ones_like(ok)
-    return w / w.sum()
+def jeffreys_mass(grid: Sequence[float], step: float = STEP) -> np.ndarray:
+    """Mass of Beta(1/2, 1/2) on each grid point's cell ``[g - step/2, g + step/2]`` (clipped
+    to [0, 1]): U-shaped, so a clean predicate leads without a point mass of its own."""
+    g = np.asarray(grid, float)
+
+    def cdf(x: np.ndarray) -> np.ndarray:
+        return 2 / np.pi * np.arcsin(np.sqrt(np.clip(x, 0.0, 1.0)))
+    return cdf(g + step / 2) - cdf(g - step / 2)
 
 
 def entropy_bits(z: np.ndarray) -> np.ndarray:

@@ -47,9 +47,10 @@ class BisectOptions(BaseModel):
     confidence: float | None = Field(None, gt=0.5, lt=1, description="--flaky: how sure an "
                                      "answer must be (default 0.95); 0.99 names a wrong commit "
                                      "several times less often when a failure rate only rises, "
-                                     "for about 3 more runs (README: choosing --confidence)")
+                                     "for 3-4 more runs on a nearly clean predicate (README: "
+                                     "choosing --confidence)")
     max_runs: int | None = Field(None, ge=1, description="--flaky: predicate runs at most "
-                                 "(default: 40 per halving of the range, at least 80)")
+                                 "(default: 60 per halving of the range, at least 120)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "BisectOptions":

