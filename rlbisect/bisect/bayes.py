@@ -30,12 +30,13 @@ The margin is there because the posterior is a model's, and the model's prior is
 on a rise whose bad side fails only half the time, runs that make a false step look clean happen
 often enough that a stop at the nominal level names a wrong commit in 2-9% of bisects, as
 git-bayesect does at 0.95 (over 16 rate pairs, 100 histories each: 44 wrong of 1600 at the
-nominal level, 17 with the margin, the peer 41). ``skipped``: a run
-of skipped commits can no longer be split; ``unknown``: the budget is spent.
+nominal level, 17 with the margin, the peer 41). ``skipped``: a run of skipped commits can no
+longer be split; ``unknown``: the budget is spent.
 
 Fit (:mod:`rlbisect.bisect.bayes_fit`). Before any answer, a posterior predictive check: does one
-step explain the runs, or does a side hold a second step (a band, two regressions, a drift)? Below :data:`FIT_ALPHA` the answer is ``misfit``, no culprit;
-every 16 runs a stricter check ends early a search that will never fit.
+step explain the runs, or does a side hold a second step (a band, two regressions, a drift)?
+Below :data:`FIT_ALPHA` the answer is ``misfit``, no culprit; every 16 runs a stricter check ends
+early a search that will never fit.
 
 Measured against git-bayesect on the same histories: ``benchmarks/bench_flaky.py``, README.
 """

@@ -1,12 +1,13 @@
 """The numbers behind bayes.py: its rate prior, and the check that one step explains the runs.
 
 Pure: numpy only. :func:`rate_prior` is the prior over (failure rate before the culprit, rate
-from it on) that ``bayes`` documents; :func:`grid_loglik`, :func:`entropy_bits` and :func:`summary` are the arithmetic of its posterior.
+from it on) that ``bayes`` documents; :func:`grid_loglik`, :func:`entropy_bits` and
+:func:`summary` are the arithmetic of its posterior.
 
 Fit. The model says every commit before the culprit fails at one rate and every commit from it on
 at another. A history can break that: the predicate is bad only in a band of commits, it got
-worse twice in the range, it drifts, or the rate rises by less than the model's smallest step. The
-posterior cannot tell (it still ranks the culprits it has); a posterior predictive check can.
+worse twice in the range, it drifts, or the rate rises by less than the model's smallest step.
+The posterior cannot tell (it still ranks the culprits it has); a posterior predictive check can.
 
 Discrepancy of a draw ``(k, f0, f1)``: :func:`split_statistic`, the largest likelihood-ratio
 statistic of "this side is two runs of commits, each with its own rate" against "one rate" over
