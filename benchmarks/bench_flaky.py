@@ -3,32 +3,21 @@
 Six cases, each a failure rate for the commits before the culprit and one from it on (the tools
 are told neither): symmetric noise 0.05, 0.1, 0.2; only bad commits pass (0.1); a flaky
 predicate gets flakier (good fails 0.05, bad fails 0.5); and the reverse rise (0.2 to 0.6).
-HISTORIES histories per case of COMMITS commits (GOOD + COMMITS - 1), the culprit drawn
-uniformly. A history fixes the culprit and the random draw of every run: run number r of either
-tool on history h fails iff ``hash(seed, h, r) % 1000 < 1000 * rate`` (rate of that commit's
-side), the hash of the ``sh`` predicate below, so both tools face the same luck. The order of the
-tools alternates per history.
+A history (COMMITS commits, culprit uniform) fixes the culprit and every run's draw: run r of
+either tool on history h fails iff ``hash(seed, h, r) % 1000 < 1000 * rate`` (the rate of that
+commit's side; the ``sh`` predicate's hash), so both tools face the same luck, in alternating order.
 
-Per tool and row: right culprit, wrong culprit named (rlbisect: exit 0 on a wrong commit; peer:
-converged on a wrong commit, GOOD included), no answer (rlbisect's exit 3/5/6; the peer did not
-converge within --peer-cap runs, or 30 minutes with --real: it has no budget of its own), and
-mean (p95) predicate runs.
+Per tool and row: right, wrong (rlbisect: exit 0 on a wrong commit; peer: converged on one, GOOD
+included), none (rlbisect's exit 3/5/6; the peer past --peer-cap runs, or 30 minutes with --real:
+it has no budget of its own), and mean (p95) predicate runs. Other options: ``--help``.
 
-Default: simulated: :func:`rlbisect.bisect.bayes.simulate` and git-bayesect's own ``Bisector``
-driven by the loop of its ``run`` command (:mod:`bayesect_peer`), in-process, same oracle.
-``--real``: a real repository per history and tool, each through its CLI (``rlbisect run --flaky``,
-``git bayesect start`` and ``run``) with the ``sh`` predicate; both modes give the same table run
-for run. Needs ``pip install 'git-bayesect==1.2'``.
-
-Also: ``--frontier LEVELS [--plot PNG]``, both tools at each confidence level (wrong answers
-against runs); ``--known-rates [both|choice|stop]``, rlbisect told the true rates, for all of
-its search or one half (what not knowing them costs); ``--blocks 40``, issue 15's bars counted per
-block of 40 histories (:mod:`flaky_blocks`); ``--peer-confidence``, the peer at another level;
-``--pairs F0:F1,...``, other rate pairs instead of the six cases.
+Default: simulated, :func:`rlbisect.bisect.bayes.simulate` and git-bayesect's ``Bisector`` driven
+by its ``run`` loop (:mod:`bayesect_peer`). ``--real``: a repository per history and tool, through
+each CLI with the ``sh`` predicate; same table run for run. Needs ``git-bayesect==1.2``.
 
     python benchmarks/bench_flaky.py [--histories 40] [--commits 64] [--seed 2024] [--confidence C]
     python benchmarks/bench_flaky.py --real [--histories 40] [--tools rlbisect,peer]
-    python benchmarks/bench_flaky.py --frontier 0.95,0.97,0.98,0.99,0.995 --histories 400 \
+    python benchmarks/bench_flaky.py --frontier 0.95,0.975,0.99 --histories 200 \
         --plot docs/flaky-frontier.png
     python benchmarks/bench_flaky.py --known-rates [both|choice|stop] --histories 400
     python benchmarks/bench_flaky.py --histories 400 --blocks 40 [--peer-confidence 0.95]
@@ -176,9 +165,8 @@ def parse_pairs(text: str) -> tuple:
         pairs = [tuple(float(x) for x in p.split(":")) for p in text.split(",") if p.strip()]
     except ValueError:
         pairs = []
-    if not pairs or any(len(p) != 2 or not 0 <= p[0] <= 1 or not 0 <= p[1] <= 1 for p in pairs):
-        sys.exit(f"bench_flaky: --pairs wants F0:F1[,F0:F1...] with rates in [0, 1], "
-                 f"not {text!r}")
+    if not pairs or any(len(p) != 2 or not 0 <= min(p) <= max(p) <= 1 for p in pairs):
+        sys.exit(f"bench_flaky: --pairs wants F0:F1[,F0:F1...], rates in [0, 1], not {text!r}")
     return tuple((f"{a:g} -> {b:g}", a, b) for a, b in pairs)
 
 
