@@ -106,6 +106,24 @@ class BisectResult:
         c = self.commits.get(sha)
         return [f"    {c.subject}", f"    author: {c.author}  date: {c.date}"] if c else []
 
+    def _posterior_lines(self) -> list[str]:
+        """--flaky: the likeliest answers, best first, until they hold the confidence asked."""
+        out, mass = [], 0.0
+        for row in self.extra["posterior"]:
+            out.append(f"{row['p']:.3f}  {row['commit']}  {self.subject(row['commit'])}".rstrip())
+            mass += row["p"]
+            if mass >= self.extra.get("confidence", 0.95):
+                break
+        return out
+
+    def _endpoint_lines(self) -> list[str]:
+        """--flaky: what GOOD and BAD did, counted, no model in between."""
+        runs = self.extra.get("runs_per_commit") or {}
+        told = [f"{name} {r['bad']} of {r['good'] + r['bad']}" for name, sha in
+                (("GOOD", self.good), ("BAD", self.bad)) if (r := runs.get(sha))
+                and r["good"] + r["bad"]]
+        return [f"runs failed at {', '.join(told)}"] if told else []
+
     def summary(self) -> str:
         """What was found, as git would say it, then the evidence and the cost."""
         lines: list[str] = []
@@ -132,21 +150,24 @@ class BisectResult:
             if self.status == "ambiguous":
                 lines.append("There are only 'skip'ped commits left to test.\n"
                              "The first bad commit could be any of:")
+            elif post:   # --flaky: the likeliest answers, "nothing changed" included
+                lines += ["posterior of the likeliest answers:"] + self._posterior_lines()
             elif self.candidates:
-                lines.append("posterior of the likeliest first bad commits:" if post
-                             else "The first bad commit is still one of:")
-            shown = sorted(self.candidates, key=lambda s: -post.get(s, 0.0))
+                lines.append("The first bad commit is still one of:")
+            shown = [] if post and self.status != "ambiguous" else self.candidates
             shown = shown if self.status == "ambiguous" else shown[:10]
             for sha in shown:
                 p = f"{post[sha]:.3f}  " if sha in post else ""
                 lines.append(f"{p}{sha}  {self.subject(sha)}".rstrip())
-            if len(shown) < len(self.candidates):
+            if len(shown) < len(self.candidates) and shown:
                 lines.append(f"... and {len(self.candidates) - len(shown)} more")
         rates = self.extra.get("rates")
-        if rates and self.probes:
+        # the sides' rates mean something once there is a culprit to split the runs at
+        if rates and self.probes and self.status == "found":
             lines.append("failure rate before the culprit {before}, after it {after}".format(
                 **{side: f"{r['mean']:.2f} (90% in {r['p05']:.2f}..{r['p95']:.2f})"
                    for side, r in rates.items()}))
+        lines += self._endpoint_lines()
         if self.diagnosis.get("rows"):
             lines.append(render_diagnosis(self.diagnosis))
         cached = sum(p.cached for p in self.probes)

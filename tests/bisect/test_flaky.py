@@ -153,6 +153,32 @@ def test_not_sure_within_the_budget_exits_3_with_the_likeliest_commits(tiny_repo
     assert r.snapshot() == before
 
 
+def test_a_range_where_nothing_changed_says_so_rather_than_list_only_commits(tiny_repo, run_cli,
+                                                                            tmp_path):
+    # every commit fails 30% of the time: the user's BAD is no worse than GOOD
+    r = tiny_repo(["good"] * 16)
+    code, out, data = run_cli(["main~15..main", "--repo", str(r.path), "--flaky",
+                               "--max-runs", "60", "--", *flaky_cmd(tmp_path / "c", 5, 300)])
+    assert code == 3 and data["outcome"] == "unknown" and data["first_bad"] is None
+    # the likeliest answers until they hold 95%, "nothing changed" among them, not just commits
+    shown, mass = [], 0.0
+    for row in data["posterior"]:
+        shown.append(row)
+        mass += row["p"]
+        if mass >= 0.95:
+            break
+    assert {"no regression in range", "GOOD already bad"} & {row["commit"] for row in shown}
+    listed = out.split("posterior of the likeliest answers:\n")[1].splitlines()
+    assert [ln.split()[:2] for ln in listed[:len(shown)]] == \
+        [[f"{row['p']:.3f}", row["commit"].split()[0]] for row in shown], out
+    # the endpoints' counts, as measured, and no per-side rate of a step nobody found
+    runs = data["runs_per_commit"]
+    counts = [f"{side} {runs[sha]['bad']} of {runs[sha]['bad'] + runs[sha]['good']}"
+              for side, sha in (("GOOD", r.shas[0]), ("BAD", r.shas[-1])) if sha in runs]
+    assert counts and f"runs failed at {', '.join(counts)}" in out
+    assert "failure rate before the culprit" not in out
+
+
 def test_only_skipped_commits_left_exits_3_like_git(tiny_repo, run_cli, state_cmd, tmp_path):
     r = tiny_repo(["good", "good", "skip", "skip", "skip", "bad", "bad"])
     code, out, data = run_cli(["main~6..main", "--repo", str(r.path), "--flaky", "--",
