@@ -25,7 +25,8 @@ bits, ``m_ik`` the predicted failure rate of a run at ``i`` if the culprit is ``
 information). Repeats happen when they are the most informative run; ties go to the lower position.
 
 Stop (:meth:`FlakySearch.decide`): ``found`` (``good_fails`` for ``k = 0``, ``no_regression`` for
-``k = n + 1``) once the top posterior reaches ``1 - (1 - confidence) / MARGIN`` (0.975 for 0.95).
+``k = n + 1``) once the top posterior reaches ``1 - (1 - confidence) / MARGIN`` (0.975 for 0.95);
+also the likelier of the two ends once they reach it together (nothing in the range changed).
 The margin is there because the posterior is a model's, and the model's prior is not the world's:
 on a rise whose bad side fails only half the time, runs that make a false step look clean happen
 often enough that a stop at the nominal level names a wrong commit in 2-9% of bisects, as
@@ -62,7 +63,8 @@ FIT_ALPHA_EARLY, FIT_EVERY = 0.001, 16   #: the stricter check every 16 runs, fr
 @dataclass(frozen=True)
 class Decision:
     """What to do next. ``p``: the posterior of ``first_bad``, of the ``candidates`` together, of
-    k = n + 1 (no_regression) or of k = 0 (good_fails); for misfit, the fit check's p-value."""
+    k = n + 1 (no_regression) or of k = 0 (good_fails), or of both ends when only together they
+    reach the stop; for misfit, the fit check's p-value."""
 
     status: Literal["probe", "found", "skipped", "unknown", "no_regression", "good_fails",
                     "misfit"]
@@ -249,6 +251,10 @@ class FlakySearch:
         best = int(np.argmax(post))  # argmax returns the first maximum: lowest on ties
         if post[best] >= need:
             return self._answer(best, float(post[best]))
+        # both ends say "no commit in the range changed the rate": which side's rate GOOD and BAD
+        # share is all that tells them apart, and on a constant rate in the middle it never will
+        if (ends := float(post[0] + post[n + 1])) >= need:
+            return self._answer(0 if post[0] > post[n + 1] else n + 1, ends)
         mass = {blk: float(post[list(blk)].sum()) for blk in self.blocks()}
         blk = max(mass, key=lambda b: (mass[b], -b[0]))
         nxt = self.next_probe()

@@ -191,6 +191,23 @@ def test_endpoints_win_under_noise_too():
     assert [d.status for d in failing].count("good_fails") >= 4, failing
 
 
+def test_a_rate_that_never_changes_is_answered_as_nothing_changed():
+    # a constant 30%: "GOOD already bad" and "no regression" explain the runs alike, so neither
+    # alone reaches the stop; together they do. Without that, all 10 spent the 360-run budget.
+    answers = []
+    for seed in range(10):
+        rng = random.Random(700 + seed)
+        search = FlakySearch(31)
+        while (d := search.decide(0.95, 360)).status == "probe":
+            search.observe(d.probe, "bad" if rng.random() < 0.3 else "good")
+        post = search.culprit_posterior()
+        if d.status in ("no_regression", "good_fails"):
+            assert d.p == pytest.approx(max(post[0] + post[-1], post.max()))
+            assert d.p >= bayes.needed(0.95) and search.n_obs < 360
+        answers.append(d.status)
+    assert "found" not in answers and answers.count("unknown") <= 2, answers
+
+
 def test_a_culprit_at_either_end_is_found_by_running_the_endpoint():
     first = simulate(20, lambda i: "bad" if i >= 1 else "good")
     assert first.decision.first_bad == 1 and 0 in first.runs

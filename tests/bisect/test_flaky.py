@@ -177,6 +177,11 @@ def test_a_range_where_nothing_changed_says_so_rather_than_list_only_commits(tin
               for side, sha in (("GOOD", r.shas[0]), ("BAD", r.shas[-1])) if sha in runs]
     assert counts and f"runs failed at {', '.join(counts)}" in out
     assert "failure rate before the culprit" not in out
+    # with the default budget the runs go on until "nothing changed" is sure (exit 5 or 6)
+    code, out, data = run_cli(["main~15..main", "--repo", str(r.path), "--flaky", "--",
+                               *flaky_cmd(tmp_path / "c", 5, 300)])
+    assert code in (5, 6) and data["first_bad"] is None and data["n_runs"] < data["max_runs"]
+    assert data["outcome"] in ("no_regression", "good_fails"), out
 
 
 def test_only_skipped_commits_left_exits_3_like_git(tiny_repo, run_cli, state_cmd, tmp_path):
