@@ -147,19 +147,18 @@ class BisectResult:
                                                                 probe.output.splitlines()]
         else:
             lines += [self.message] if self.message else []
+            shown = self.candidates[:10]
             if self.status == "ambiguous":
                 lines.append("There are only 'skip'ped commits left to test.\n"
                              "The first bad commit could be any of:")
+                shown = self.candidates
             elif post:   # --flaky: the likeliest answers, "nothing changed" included
                 lines += ["posterior of the likeliest answers:"] + self._posterior_lines()
+                shown = []
             elif self.candidates:
                 lines.append("The first bad commit is still one of:")
-            shown = [] if post and self.status != "ambiguous" else self.candidates
-            shown = shown if self.status == "ambiguous" else shown[:10]
-            for sha in shown:
-                p = f"{post[sha]:.3f}  " if sha in post else ""
-                lines.append(f"{p}{sha}  {self.subject(sha)}".rstrip())
-            if len(shown) < len(self.candidates) and shown:
+            lines += [f"{sha}  {self.subject(sha)}".rstrip() for sha in shown]
+            if shown and len(shown) < len(self.candidates):
                 lines.append(f"... and {len(self.candidates) - len(shown)} more")
         rates = self.extra.get("rates")
         # the sides' rates mean something once there is a culprit to split the runs at
