@@ -138,7 +138,8 @@ class BisectResult:
         elif self.status in ("bad_passes", "good_fails"):
             lines.append(f"no culprit: {self.message}")
             role = "BAD" if self.status == "bad_passes" else "GOOD"
-            probe = next((p for p in self.probes if p.role == role), None)
+            # --flaky: one run of many says little; the counts below say it all
+            probe = None if post else next((p for p in self.probes if p.role == role), None)
             if probe is not None:
                 lines.append(f"  {role} {probe.commit[:10]}: {probe.verdict} ({probe.reason})")
                 lines += [f"    {k} = {v:.4g}" for k, v in list(probe.values.items())[:12]]

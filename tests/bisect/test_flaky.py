@@ -182,6 +182,7 @@ def test_a_range_where_nothing_changed_says_so_rather_than_list_only_commits(tin
                                *flaky_cmd(tmp_path / "c", 5, 300)])
     assert code in (5, 6) and data["first_bad"] is None and data["n_runs"] < data["max_runs"]
     assert data["outcome"] in ("no_regression", "good_fails"), out
+    assert "runs failed at GOOD" in out and "exit_code = " not in out   # counts, not one run
 
 
 def test_only_skipped_commits_left_exits_3_like_git(tiny_repo, run_cli, state_cmd, tmp_path):
