@@ -2,9 +2,9 @@
 
 The user marked a BAD that is no worse than GOOD: every commit fails at one rate. The right answer
 is "nothing to bisect" (rlbisect's exit 5 ``no_regression`` or 6 ``good_fails``); naming a commit
-is wrong. Per rate, over the same simulated histories (``bench_flaky.draw``, the tools in
-alternating order): how often each tool answered that, named a commit, or gave no answer (the
-run budget spent; the peer, which has no budget, past ``--peer-cap`` runs), and its mean runs.
+is wrong. Per rate, over ``bench_flaky``'s simulated histories (a case whose sides fail alike; the
+tools in alternating order): how often each tool answered that, named a commit, or gave no answer
+(the run budget spent; the peer, which has no budget, past ``--peer-cap`` runs), and its mean runs.
 git-bayesect 1.2 has no "nothing changed" answer: it converges on a commit or on GOOD.
 
     python benchmarks/bench_flaky_nochange.py [--rates 0.05,0.1,0.2,0.5,0.8,0.9] [--histories 40]
@@ -21,36 +21,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import bench_flaky  # noqa: E402
 import bayesect_peer  # noqa: E402
-from bench_flaky import draw  # noqa: E402
-
-from rlbisect.bisect import bayes  # noqa: E402
 
 NOTHING = ("no_regression", "good_fails")
 
 
-def one(args: tuple) -> dict:
-    """Both tools on history ``h`` of a constant ``rate``."""
-    rate, h, n, seed, cap, with_peer = args
-    hseed = seed * 1000 + round(rate * 1000) * 100_000 + h
-    out = {}
-    for tool in (("rlbisect", "peer") if h % 2 == 0 else ("peer", "rlbisect")):
-        if tool == "peer" and not with_peer:
-            continue
-        count = [0]
-
-        def fails(pos: int) -> bool:
-            count[0] += 1
-            return draw(hseed, count[0]) < round(1000 * rate)
-        if tool == "rlbisect":
-            d = bayes.simulate(n, lambda i: "bad" if fails(i) else "good").decision
-            answer = ("nothing" if d.status in NOTHING else
-                      "named" if d.status == "found" else "none")
-        else:
-            res = bayesect_peer.simulate(n, fails, 0.95, max_runs=cap)
-            answer = "named" if res.culprit is not None else "none"
-        out[tool] = (answer, count[0])
-    return out
+def answer(tool: str, outcome: tuple) -> str:
+    """``bench_flaky.simulate_history``'s outcome of one tool as nothing / named / none."""
+    if tool == "peer":
+        return "named" if outcome[0] is not None else "none"
+    return "nothing" if outcome[2] in NOTHING else "named" if outcome[2] == "found" else "none"
 
 
 def main() -> None:
@@ -70,23 +51,26 @@ def main() -> None:
     if not rates or not all(0 <= r <= 1 for r in rates) or args.histories < 1 \
             or args.commits < 2:
         ap.error("rates in [0, 1], --histories >= 1, --commits >= 2")
-    with_peer = not args.no_peer
-    if with_peer and (why := bayesect_peer.available()):
+    if not args.no_peer and (why := bayesect_peer.available()):
         sys.exit(f"{why} (or --no-peer)")
     n, start = args.commits - 1, time.time()
-    tools = ("rlbisect", "peer") if with_peer else ("rlbisect",)
+    tools = ("rlbisect",) if args.no_peer else ("rlbisect", "peer")
     print(f"{args.histories} histories per rate, {args.commits} commits, seed {args.seed}; "
           f"per tool: answered 'nothing changed' / named a commit (wrong) / no answer, "
           f"mean runs", flush=True)
     print("| rate | " + " | ".join(f"{t}: nothing / named / none, runs" for t in tools) + " |")
     print("|---|" + "---|" * len(tools))
+    # a constant rate is a case whose two sides fail alike: bench_flaky's histories as they are
+    bench_flaky.CASES = tuple((f"{r:g}", r, r) for r in rates)
+    bench_flaky.TOOLS = tools
     with Pool(2) as pool:
-        for rate in rates:
-            res = pool.map(one, [(rate, h, n, args.seed, args.peer_cap, with_peer)
-                                 for h in range(args.histories)])
+        for case, rate in enumerate(rates):
+            res = pool.map(bench_flaky.simulate_history,
+                           [(case, h, n, args.seed, args.peer_cap, (0.95, 0.95), "")
+                            for h in range(args.histories)])
             cells = []
             for t in tools:
-                answers = [r[t][0] for r in res]
+                answers = [answer(t, r[t]) for r in res]
                 cells.append(" / ".join(str(answers.count(a)) for a in ("nothing", "named",
                                                                         "none"))
                              + f", {np.mean([r[t][1] for r in res]):.1f}")
