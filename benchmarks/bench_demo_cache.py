@@ -13,7 +13,7 @@ from pathlib import Path
 
 def demo(keep: Path) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "from rlbisect.cli import main; main()", "demo", "--keep", str(keep)],
+    subprocess.run([sys.executable, "-c", "from rlbisect.cli.app import main; main()", "demo", "--keep", str(keep)],
                    check=True, capture_output=True)
     return time.perf_counter() - t0
 

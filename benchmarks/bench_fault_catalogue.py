@@ -23,11 +23,11 @@ from reference_trainer.adapter import make_adapter
 from reference_trainer.config import EnvConfig, RLConfig, SamplerConfig, UpdateConfig
 from reference_trainer.faults import BUGS, CHAPTER, NEEDS
 from reference_trainer.train import run
-from rlbisect.bisect.stats import Rule
+from rlbisect.runs.stats import Rule
 from rlbisect.check.invariants import check_seeds
-from rlbisect.runlog import dashboard, scores
+from rlbisect.runs.judge import dashboard, scores
 from rlbisect.steps.hook import SnapshotHook
-from rlbisect.tinyagent import detector_config
+from rlbisect.tinyagent.train import detector_config
 
 SETTING_FIELDS = {*EnvConfig.model_fields, *SamplerConfig.model_fields, *UpdateConfig.model_fields}
 

@@ -11,7 +11,7 @@ Per tool and row: right, wrong (rlbisect: exit 0 on a wrong commit; peer: conver
 included), none (rlbisect's exit 3/5/6; the peer past --peer-cap runs, or 30 minutes with --real:
 it has no budget of its own), and mean (p95) predicate runs. Other options: ``--help``.
 
-Default: simulated, :func:`rlbisect.bisect.bayes.simulate` and git-bayesect's ``Bisector`` driven
+Default: simulated, :func:`rlbisect.bisect.simulate.simulate` and git-bayesect's ``Bisector`` driven
 by its ``run`` loop (:mod:`bayesect_peer`). ``--real``: a repository per history and tool, through
 each CLI with the ``sh`` predicate; same table run for run. Needs ``git-bayesect==1.2``.
 
@@ -138,7 +138,7 @@ def real_history(args: tuple) -> dict:
         t0 = time.perf_counter()
         if tool == "rlbisect":
             js = base / "rlbisect.json"
-            proc = subprocess.run([sys.executable, "-m", "rlbisect.cli", "run", f"{good}..{bad}",
+            proc = subprocess.run([sys.executable, "-m", "rlbisect.cli.app", "run", f"{good}..{bad}",
                                    "--repo", str(repo), "--flaky", "--confidence",
                                    str(confidence), "--json", str(js), "--",
                                    *cmd], capture_output=True, text=True)

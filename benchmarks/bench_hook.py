@@ -89,7 +89,7 @@ def reference() -> list[tuple[str, torch.nn.Module, Step, dict]]:
         if hook:
             hook.after_update(i, stats)
         return stats
-    # What `rlbisect train --snapshot-dir` arms (rlbisect.tinyagent.make_hook), so replay can run.
+    # What `rlbisect train --snapshot-dir` arms (rlbisect.tinyagent.train.make_hook), so replay can run.
     armed = {"keep_post_update": True, "config": {"trainer": "reference_trainer", "bug": None,
                                                   "rl": cfg.model_dump()}}
     # These columns measure a hook that does not fire. On the fixed batch the sampler log-probs go

@@ -6,9 +6,9 @@ Both check the same trainer code (this checkout's reference_trainer), with the s
 already cached, alternating in one run; medians. Each pair of outputs is compared byte for byte:
 the check values must be identical.
 
-  probe     the worker a bisect runs per commit: before `python -m ...invariants`, after the same
-            fresh (`python -I`) and warm (forked from rlbisect's probe server, as `rlbisect run`
-            does after the server is up; its one-time start is shown too)
+  probe     the worker a bisect runs per commit: before `python -m ...invariants CHECKOUT`, after
+            `python -I -m ...invariants --code-dir CHECKOUT --reply FILE` fresh, and forked from the
+            fork server `rlbisect run` starts for its probes (its one-time start is shown too)
   check     `rlbisect check --json`
   matrix    `rlbisect check --matrix --json`, the chapter's eight rows (no fault + 7) and all rows
   warm      the same `rlbisect check` commands with `rlbisect warm start` up (after only: the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import statistics
 import subprocess
@@ -59,7 +60,7 @@ def main() -> None:
     p.add_argument("--before", default="f9d94d9")
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args()
-    from rlbisect.bisect.predicates.warm import _Pool, run_python
+    from rlbisect._proc import client
     with tempfile.TemporaryDirectory() as tmp:
         old = extract(a.before, Path(tmp) / "before")
         run_dir = Path(tmp) / "cwd"
@@ -67,11 +68,13 @@ def main() -> None:
         env_new = {**os.environ, "PYTHONPATH": str(ROOT)}
         env_old = {**os.environ, "PYTHONPATH": os.pathsep.join([str(old), str(ROOT)])}
         py = sys.executable
-        cli = ["-c", "from rlbisect.cli import main; main()"]
-        entry = ["-c", "from rlbisect.launch import main; main()"]      # the console script's
+        cli = ["-c", "from rlbisect.cli.app import main; main()"]
+        entry = ["-c", "from rlbisect.cli import main; main()"]      # the console script's
         matrix8 = ["check", "--matrix", "--json", "--adapter", f"{CHAPTER_ADAPTER}:make_adapter"]
+        reply = Path(tmp) / "reply.json"
         cases = {
-            "probe": ([py, "-m", INVARIANTS, str(ROOT)], [py, "-I", "-m", INVARIANTS, str(ROOT)]),
+            "probe": ([py, "-m", INVARIANTS, str(ROOT)],
+                      [py, "-I", "-m", INVARIANTS, "--code-dir", str(ROOT), "--reply", str(reply)]),
             "check": ([py, *cli, "check", "--json"], [py, *cli, "check", "--json"]),
             "matrix, 8 rows": ([py, *cli, *matrix8], [py, *cli, *matrix8]),
             "matrix, all rows": ([py, *cli, "check", "--matrix", "--json"],
@@ -85,10 +88,10 @@ def main() -> None:
         if started.returncode:
             raise SystemExit(f"rlbisect warm start: {started.stderr.decode()}")
         t0 = time.perf_counter()
-        server = _Pool.take()
-        first = run_python(INVARIANTS, [str(ROOT)], ROOT, None)
+        client._Private.socket()
+        first, _ = client.ask(INVARIANTS, [], ROOT, None)
         start = time.perf_counter() - t0
-        _Pool.give(server)
+        assert first is not None
         times = {name: ([], []) for name in cases}
         warm = []
         outputs = {}
@@ -96,15 +99,18 @@ def main() -> None:
             for name, (before, after) in cases.items():
                 for side, argv, env in ((0, before, env_old), (1, after, warm_env if "warm" in name else env_new)):
                     seconds, out = timed(argv, env, run_dir)
+                    if name == "probe" and side == 1:     # the reply, as the previous worker printed it
+                        out = json.dumps(json.loads(reply.read_text())["detail"]["checks"]).encode()
+                    elif name == "probe":
+                        out = json.dumps(json.loads(out)).encode()
                     times[name][side].append(seconds)
                     outputs.setdefault((name, side), out)
                     if outputs[(name, side)] != out:
                         raise SystemExit(f"{name}: output differs between runs of the same code")
-            r = run_python(INVARIANTS, [str(ROOT)], ROOT, None)
-            warm.append(r.seconds)
-            if r.stdout.encode() != outputs[("probe", 0)] or r.stdout != first.stdout:
-                raise SystemExit("warm probe: check values differ from the fresh probe's")
-        _Pool.close_all()
+            r, done = client.ask(INVARIANTS, [], ROOT, None)
+            warm.append(done.seconds)
+            if r is None or json.dumps(r.detail["checks"]).encode() != outputs[("probe", 0)]:
+                raise SystemExit("served probe: check values differ from the fresh probe's")
         served = subprocess.run([py, *entry, "warm", "status"], env=warm_env, cwd=run_dir, capture_output=True)
         subprocess.run([py, *entry, "warm", "stop"], env=warm_env, cwd=run_dir, capture_output=True)
         if f"checks served {2 * a.rounds}," not in served.stdout.decode():
@@ -116,7 +122,7 @@ def main() -> None:
             print(f"{name:18} {b:7.2f}s {f:7.2f}s {b / f:8.2f}x  {same}")
         b = statistics.median(times["probe"][0])
         w = statistics.median(warm)
-        print(f"{'probe, warm':18} {b:7.2f}s {w:7.2f}s {b / w:8.2f}x  identical output "
+        print(f"{'probe, served':18} {b:7.2f}s {w:7.2f}s {b / w:8.2f}x  identical output "
               f"(target <= 1.0 s; the server's one-time start + first probe: {start:.2f}s)")
 
 

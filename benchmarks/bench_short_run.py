@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlbisect.bisect.stats import Rule
-from rlbisect.runlog import dashboard, scores
+from rlbisect.runs.stats import Rule
+from rlbisect.runs.judge import dashboard, scores
 
 CASES = ("entropy_sign", "public_reward", "loss_scale")
 

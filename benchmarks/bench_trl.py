@@ -29,8 +29,8 @@ def main() -> None:
     from transformers.utils import logging
     logging.set_verbosity_error()
 
-    from rlbisect.adapters.trl import GRPOAdapter
-    from rlbisect.adapters.trl_demo import build_trainer
+    from rlbisect.frameworks.trl.adapter import GRPOAdapter
+    from rlbisect.frameworks.trl.tiny import build_trainer
     from rlbisect.check.invariants import sanity_checks
 
     opts = {"loss_type": args.loss_type, "num_iterations": args.num_iterations}

@@ -1,7 +1,7 @@
 """rlbisect's search for ``bench_flaky.py --known-rates``: told each case's true failure rates,
 all of it (``both``) or one half: the choice of the next run (``choice``) or the posteriors its
 stop reads (``stop``), the other half weighing every rate pair as shipped. Which half pays for
-not knowing the rates, in runs and in wrong answers (README, Noisy predicates)."""
+not knowing the rates, in runs and in wrong answers (docs/noisy.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Callable
 import numpy as np
 
 from rlbisect.bisect import bayes
-from rlbisect.bisect.search import Verdict
+from rlbisect.bisect.simulate import simulate
+from rlbisect.errors import Verdict
 
 
 class ToldSearch(bayes.FlakySearch):
@@ -45,7 +46,7 @@ def search_rlbisect(n: int, fails: Callable[[int], bool], confidence: float,
     if known in ("", "both"):
         told = (dict(before_grid=[rates[0]], after_grid=[rates[1]], rate_weights=np.ones((1, 1)))
                 if known else {})
-        return bayes.simulate(n, verdict, confidence, **told).decision
+        return simulate(n, verdict, confidence, **told).decision
     search = ToldSearch(n, rates, known)
     cap = bayes.default_max_runs(n)
     while (d := search.decide(confidence, cap)).status == "probe":

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rlbisect.errors import GitError
-from rlbisect.repo import git
+from rlbisect.git.repo import git
 
 from .edits import BENIGN, FAULTS, Edit
 

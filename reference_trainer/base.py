@@ -6,7 +6,7 @@ a few use the hardcode exploit, a few open with a malformed call, a few stall un
 runs out. A demonstrator that tests submits a pass; on a fail it edits no more, and with nothing
 else to try re-runs the tests, a turn without progress, each turn with probability `retest`
 (BaseConfig), else submits anyway. A lost episode can therefore end short or long, which is the
-choice the loss aggregation biases (README, Length bias). The cloned policy starts near the
+choice the loss aggregation biases (docs/tinyagent.md, Length bias). The cloned policy starts near the
 blind-guess pass rate, reads sometimes and can copy, which is what RL then amplifies. Every demonstration is played through the
 real environment, so tokens and owners are exactly what the sampler would produce.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import random
-from pathlib import Path
 
 import torch
 

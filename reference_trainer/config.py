@@ -2,7 +2,7 @@
 
 `RLConfig` gathers the stages a training run needs. Defaults: GRPO groups of 8, 16 tasks per step,
 PPO clip 0.2, one epoch of two minibatches, Adam at 6e-4, no KL, no entropy term. The chapter's 8
-tasks per step at 1e-3 left TinyAgent's length-bias pair to sampling noise (README, Length bias).
+tasks per step at 1e-3 left TinyAgent's length-bias pair to sampling noise (docs/tinyagent.md, Length bias).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ class BaseConfig(_Stage):
     # One cloned policy is one draw. With the learning rate decayed to 0 (lr_decay) the clone lands
     # near the mixture's own rates whatever the seed (first-call read 0.17-0.20 over seeds 0-7, where
     # a constant rate gave 0.22-0.37), and a read rate below ~0.27 is what lets sampler_temp (0.7)
-    # clip the reads' positive updates (README). Seed 0 was chosen over seeds 0-7 with testers that
+    # clip the reads' positive updates (docs/tinyagent.md). Seed 0 was chosen over seeds 0-7 with testers that
     # always re-tested (retest 1) and RL at 8 tasks per step, as one where every signature held; with
-    # retest 0.9 and 16 tasks per step it was re-checked, not re-chosen (README). Chosen: say so.
+    # retest 0.9 and 16 tasks per step it was re-checked, not re-chosen (docs/tinyagent.md). Chosen: say so.
     seed: int = Field(0, description="seed for demonstrations, initialisation and minibatch order")
     demos: int = Field(3000, description="scripted episodes to clone, drawn over the training tasks")
     epochs: int = Field(12, description="passes over the demonstrations")

@@ -95,7 +95,7 @@ NEEDS = {
 }
 
 BUGS = {**CHAPTER, **CATALOGUE}
-# ENTROPY_COEF: at 128 episodes per step a 0.3 penalty lost to the policy learning to read (README)
+# ENTROPY_COEF: at 128 episodes per step a 0.3 penalty lost to the policy learning to read (docs/tinyagent.md, Length bias)
 SAMPLER_TEMP, ENTROPY_COEF = 0.7, 0.5
 SAMPLER_TOP_K = 3
 

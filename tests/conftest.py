@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +19,26 @@ from typing import Callable, Sequence
 
 import pytest
 
+# the tests import their shared helpers by name (`from helpers import ...`): with pytest's
+# importlib mode (test files in different folders may share a name) nothing else puts them there
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import GIT_ENV, git  # noqa: E402
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _contained(tmp_path_factory: pytest.TempPathFactory):
-    """Point the caches and temp dirs of the whole session into pytest's base temp dir."""
+    """Point the caches and temp dirs of the whole session into pytest's base temp dir. The
+    starting policy this machine already built (``rlbisect demo`` builds it) is copied in, read
+    only: it is the same file under the same key, and building it again costs half a minute."""
+    from reference_trainer.policy_cache import cached_path
     saved = {k: os.environ.get(k) for k in ("RLBISECT_CACHE", "TMPDIR")}
+    built = cached_path()
     os.environ["RLBISECT_CACHE"] = os.environ.get("RLBISECT_TEST_CACHE") or \
         str(tmp_path_factory.mktemp("policy-cache"))
+    if built.is_file() and not cached_path().exists():
+        shutil.copyfile(built, cached_path())
     os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
     tempfile.tempdir = None   # re-read TMPDIR
     yield
@@ -33,19 +48,6 @@ def _contained(tmp_path_factory: pytest.TempPathFactory):
         else:
             os.environ[k] = v
     tempfile.tempdir = None
-
-GIT_ENV = {"GIT_AUTHOR_NAME": "Tiny", "GIT_AUTHOR_EMAIL": "tiny@example.com",
-           "GIT_COMMITTER_NAME": "Tiny", "GIT_COMMITTER_EMAIL": "tiny@example.com",
-           "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    """Run git in ``cwd`` and return stdout (raises on failure when ``check``)."""
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                       env={**os.environ, **GIT_ENV})
-    if check and r.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {r.stderr}")
-    return r.stdout
 
 
 @dataclass
@@ -124,3 +126,53 @@ def tiny_repo(tmp_path: Path) -> Callable[..., TinyRepo]:
              dirty: bool = True, name: str = "repo") -> TinyRepo:
         return build_repo(tmp_path / name, states, parents, dirty)
     return make
+
+
+# -- the slow rule ----------------------------------------------------------------------------
+# A test is slow when it trains (TinyAgent's loop, or any torch optimizer stepping more than a few
+# times) or starts a Python process that imports torch (rlbisect's CLI, a probe worker, a fork
+# server, a trainer command). Such a test carries the `slow` mark (`pytestmark = pytest.mark.slow`
+# for a module that is all slow); `python -m pytest -m "not slow"` is the fast pass. The rule is
+# checked, not trusted: every test runs under a guard that notes heavy work, and an unmarked test
+# that did some fails, saying what it did.
+
+HEAVY_CODE = ("torch", "rlbisect", "reference_trainer")   # what a `python -c` may not import to be light
+
+
+def _heavy_argv(argv) -> str | None:
+    """What a command line does that makes a test slow, or None: rlbisect's CLI, or a Python that
+    runs a module or a script, or code that imports torch or rlbisect (the watchdog, `-S`, and
+    one-liners that import neither are light)."""
+    args = [str(a) for a in (argv if isinstance(argv, (list, tuple)) else [argv])]
+    name = Path(args[0]).name if args else ""
+    python = name.startswith("python") or args[:1] == [sys.executable]
+    if name == "rlbisect" or python and "-S" not in args[1:3] and (
+            "-c" not in args[1:3] or any(word in " ".join(args) for word in HEAVY_CODE)):
+        return "starts " + " ".join(args[:4])[:200]
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _slow_rule(request, monkeypatch):
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    seen: list[str] = []
+    popen_init = subprocess.Popen.__init__
+
+    def watched_popen(self, args, *a, **kw):
+        if (what := _heavy_argv(args)) is not None:
+            seen.append(what)
+        popen_init(self, args, *a, **kw)
+    monkeypatch.setattr(subprocess.Popen, "__init__", watched_popen)
+    import reference_trainer.train as loop
+    train = loop.train
+
+    def watched_train(*a, **kw):
+        seen.append("trains TinyAgent")
+        return train(*a, **kw)
+    monkeypatch.setattr(loop, "train", watched_train)
+    yield
+    if seen:
+        pytest.fail(f"this test {seen[0]} but is not marked slow: add @pytest.mark.slow "
+                    "(tests/conftest.py, the slow rule)", pytrace=False)

@@ -1,4 +1,4 @@
-"""Helpers the bisect tests share: random commit DAGs and live process-group members."""
+"""Helpers the tests share: the one git for tests, random commit DAGs, live process-group members."""
 
 from __future__ import annotations
 
@@ -85,42 +85,49 @@ def install_hooks(git_dir: Path, marker: Path) -> None:
         (hooks / name).chmod(0o755)
 
 
-def git_as_tester(cwd: Path, *args: str) -> str:
-    """git with a test identity (and local file:// submodules allowed); stdout."""
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env,
-                          check=True, capture_output=True, text=True).stdout.strip()
+GIT_ENV = {"GIT_AUTHOR_NAME": "Tiny", "GIT_AUTHOR_EMAIL": "tiny@example.com",
+           "GIT_COMMITTER_NAME": "Tiny", "GIT_COMMITTER_EMAIL": "tiny@example.com",
+           "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path | str, *args: str, check: bool = True) -> str:
+    """The tests' one git: a test identity, local file:// submodules allowed -> stdout, stripped of
+    its last newline (an AssertionError with git's message when ``check`` and it fails)."""
+    r = subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, capture_output=True,
+                       text=True, env={**os.environ, **GIT_ENV})
+    if check and r.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {r.stderr}")
+    return r.stdout.removesuffix("\n")
 
 
 def submodule_repo(tmp_path: Path) -> tuple[Path, list[str], Path]:
     """A superproject whose commits move a submodule between its own commits 'good' and 'bad'."""
     lib = tmp_path / "lib"
     lib.mkdir()
-    git_as_tester(lib, "init", "-q", "-b", "main")
+    git(lib, "init", "-q", "-b", "main")
     lib_commits = []
     for state in ("good", "bad"):
         (lib / "state").write_text(f"{state}\n")
-        git_as_tester(lib, "add", "state")
-        git_as_tester(lib, "commit", "-qm", state)
-        lib_commits.append(git_as_tester(lib, "rev-parse", "HEAD"))
+        git(lib, "add", "state")
+        git(lib, "commit", "-qm", state)
+        lib_commits.append(git(lib, "rev-parse", "HEAD"))
     top = tmp_path / "top"
     top.mkdir()
-    git_as_tester(top, "init", "-q", "-b", "main")
-    git_as_tester(top, "submodule", "add", "-q", str(lib), "vendor/lib")
+    git(top, "init", "-q", "-b", "main")
+    git(top, "submodule", "add", "-q", str(lib), "vendor/lib")
     shas = []
     for i, sub in enumerate([0, 0, 0, 1, 1]):
-        git_as_tester(top / "vendor" / "lib", "checkout", "-q", lib_commits[sub])
+        git(top / "vendor" / "lib", "checkout", "-q", lib_commits[sub])
         (top / "n").write_text(f"{i}\n")
-        git_as_tester(top, "add", "-A")
-        git_as_tester(top, "commit", "-qm", f"c{i}")
-        shas.append(git_as_tester(top, "rev-parse", "HEAD"))
+        git(top, "add", "-A")
+        git(top, "commit", "-qm", f"c{i}")
+        shas.append(git(top, "rev-parse", "HEAD"))
     return top, shas, lib
 
 
 def start_rlbisect(repo: Path, cmd: list[str], *extra: str) -> subprocess.Popen:
     """`rlbisect run main~7..main -- CMD` in its own process group (so a test can signal it)."""
-    return subprocess.Popen([sys.executable, "-m", "rlbisect.cli", "run", "main~7..main",
+    return subprocess.Popen([sys.executable, "-m", "rlbisect.cli.app", "run", "main~7..main",
                              "--repo", str(repo), *extra, "--", *cmd],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -137,3 +144,10 @@ def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 30) -> str:
         time.sleep(0.05)
     proc.kill()
     raise AssertionError("the predicate never started")
+
+
+def sweep(cases, fast: int = 3) -> list:
+    """Cases for ``@pytest.mark.parametrize``: the first ``fast`` run in the fast pass, the rest of the
+    sweep only in the full one (they carry the ``slow`` mark; see the slow rule in conftest.py)."""
+    import pytest
+    return [c if i < fast else pytest.param(c, marks=pytest.mark.slow) for i, c in enumerate(cases)]

@@ -14,6 +14,18 @@ Layout (algorithm apart from porcelain, as in git):
 """
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # the names' real types, for the type checker only
+    from rlbisect.bisect.driver import bisect as bisect
+    from rlbisect.bisect.options import BisectOptions as BisectOptions
+    from rlbisect.bisect.predicates import PREDICATES as PREDICATES, Predicate as Predicate
+    from rlbisect.bisect.predicates import PredicateError as PredicateError, Probe as Probe
+    from rlbisect.bisect.predicates import known_predicates as known_predicates
+    from rlbisect.bisect.predicates import make_predicate as make_predicate
+    from rlbisect.bisect.report import BisectResult as BisectResult, ProbeRecord as ProbeRecord
+    from rlbisect.bisect.report import Progress as Progress
+    from rlbisect.bisect.strategies import make_strategy as make_strategy
 
 # name -> module: imported on first use, so `rlbisect --help` and a cached re-run do not pay
 # for numpy, GitPython and every predicate
@@ -21,7 +33,7 @@ _EXPORTS = {"bisect": "driver", "make_strategy": "strategies", "BisectOptions": 
             "BisectResult": "report", "ProbeRecord": "report", "Progress": "report",
             "Predicate": "predicates", "PredicateError": "predicates", "Probe": "predicates",
             "known_predicates": "predicates", "make_predicate": "predicates",
-            "register_predicate": "predicates"}
+            "PREDICATES": "predicates"}
 __all__ = sorted(_EXPORTS)
 
 

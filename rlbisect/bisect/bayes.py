@@ -14,11 +14,8 @@ Prior. ``k``: :data:`END_PRIOR` each for ``0`` and ``n + 1``, the rest even over
 ``culprit_prior``). ``(f0, f1)``: :func:`~rlbisect.bisect.bayes_fit.rate_prior`, each rate
 Jeffreys' Beta(1/2, 1/2) on its own (git-bayesect's prior) on a grid over all of [0, 1] with
 ``f1 - f0 >= 0.2``. The prior is U-shaped, so a clean predicate and one that flips rarely lead,
-yet a rise from 0 to 0.3, from 0.05 to 0.5 or from 0.6 to 1 is a point of the same model. (The
-prior this replaced put point masses on a clean and on a symmetric predicate and held only
-f0 <= 0.25, f1 >= 0.45: a few runs cheaper on those pairs, but on 0 -> 0.3, 0.4 -> 0.8 and
-0.6 -> 1 it answered no_regression or good_fails, or named a wrong commit, in most histories;
-an even mixture of the two failed the real-git tests. ``bench_flaky.py --pairs F0:F1,...``.)
+yet a rise from 0 to 0.3, from 0.05 to 0.5 or from 0.6 to 1 is a point of the same model
+(docs/noisy.md tells why point masses on a clean and a symmetric predicate were given up).
 
 Choice. The position whose next run tells most about ``k``: ``H2(z_i) - sum_k P(k) H2(m_ik)``
 bits, ``m_ik`` the predicted failure rate of a run at ``i`` if the culprit is ``k`` (exact mutual
@@ -27,32 +24,30 @@ information). Repeats happen when they are the most informative run; ties go to 
 Stop (:meth:`FlakySearch.decide`): ``found`` (``good_fails`` for ``k = 0``, ``no_regression`` for
 ``k = n + 1``) once the top posterior reaches ``1 - (1 - confidence) / MARGIN`` (0.975 for 0.95);
 also the likelier of the two ends once they reach it together (nothing in the range changed).
-The margin is there because the posterior is a model's, and the model's prior is not the world's:
-on a rise whose bad side fails only half the time, runs that make a false step look clean happen
-often enough that a stop at the nominal level names a wrong commit in 2-9% of bisects, as
-git-bayesect does at 0.95 (over 16 rate pairs, 100 histories each: 44 wrong of 1600 at the
-nominal level, 17 with the margin, the peer 41). ``skipped``: a run of skipped commits can no
-longer be split; ``unknown``: the budget is spent.
+The margin is there because the posterior is a model's, and its prior is not the world's: at the
+nominal level 44 of 1600 bisects over 16 rate pairs named a wrong commit, 17 with the margin
+(git-bayesect 41; docs/noisy.md). ``skipped``: a run of skipped commits can no longer be split;
+``unknown``: the budget is spent.
 
 Fit (:mod:`rlbisect.bisect.bayes_fit`). Before any answer, a posterior predictive check: does one
 step explain the runs, or does a side hold a second step (a band, two regressions, a drift)?
 Below :data:`FIT_ALPHA` the answer is ``misfit``, no culprit; every 16 runs a stricter check ends
 early a search that will never fit.
 
-Measured against git-bayesect on the same histories: ``benchmarks/bench_flaky.py``, README.
+Measured against git-bayesect on the same histories: ``benchmarks/bench_flaky.py``, docs/noisy.md.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 
 from rlbisect.bisect.bayes_fit import (AFTER_GRID, BEFORE_GRID, describe_misfit, entropy_bits,
                                        fit_pvalue, grid_loglik, rate_prior, summary)
-from rlbisect.bisect.search import Verdict
+from rlbisect.errors import Verdict
 
 END_PRIOR = 0.02        #: prior of k = 0 and of k = n + 1 each
 MARGIN = 2.0            #: name a culprit at posterior 1 - (1 - confidence) / MARGIN
@@ -114,10 +109,10 @@ class FlakySearch:
         runs (like git, an untestable commit is not tried again)."""
         if not 0 <= position <= self.n:
             raise ValueError(f"position {position} outside 0..{self.n}")
-        if verdict not in ("good", "bad", "skip"):
+        if verdict not in (Verdict.GOOD, Verdict.BAD, Verdict.SKIP):
             raise ValueError(f"verdict must be good, bad or skip, not {verdict!r}")
-        {"good": self.goods, "bad": self.bads, "skip": self.skips}[verdict][position] += 1
-        if verdict == "skip":
+        {Verdict.GOOD: self.goods, Verdict.BAD: self.bads, Verdict.SKIP: self.skips}[Verdict(verdict)][position] += 1
+        if verdict == Verdict.SKIP:
             self.skipped.add(position)
         self.history.append((position, verdict))
         self._cache = {}
@@ -295,25 +290,3 @@ def default_max_runs(n: int) -> int:
     """Run budget when the user sets none: on 64 commits a rise from 0.2 to 0.6 takes 130 runs on
     average and 95% of bisects end within 265 (bench_flaky.py), so 420 rarely cuts one short."""
     return max(120, 60 * math.ceil(math.log2(n + 2)))
-
-
-@dataclass
-class SimulatedSearch:
-    """A simulated search: its decision and the positions run, in order."""
-
-    decision: Decision
-    runs: list[int]
-
-
-def simulate(n: int, oracle: Callable[[int], Verdict], confidence: float = 0.95,
-             max_runs: int | None = None, **kwargs) -> SimulatedSearch:
-    """Run a whole search against ``oracle`` (position -> verdict); extra args go to
-    :class:`FlakySearch`. ``max_runs`` defaults to :func:`default_max_runs`."""
-    search = FlakySearch(n, **kwargs)
-    cap = default_max_runs(n) if max_runs is None else max_runs
-    runs: list[int] = []
-    while (d := search.decide(confidence, cap)).status == "probe":
-        assert d.probe is not None
-        runs.append(d.probe)
-        search.observe(d.probe, oracle(d.probe))
-    return SimulatedSearch(d, runs)

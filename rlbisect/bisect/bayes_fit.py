@@ -34,8 +34,8 @@ BEFORE_GRID = np.round(np.arange(0.0, 1.0 - MIN_GAP + 1e-9, STEP), 4)  #: rates 
 AFTER_GRID = np.round(np.arange(MIN_GAP, 1.0 + 1e-9, STEP), 4)        #: rates from it on
 
 
-def rate_prior(before: Sequence[float] = BEFORE_GRID,
-               after: Sequence[float] = AFTER_GRID) -> np.ndarray:
+def rate_prior(before: Sequence[float] | np.ndarray = BEFORE_GRID,
+               after: Sequence[float] | np.ndarray = AFTER_GRID) -> np.ndarray:
     """Prior weights of ``(f0, f1)`` on the grid, shape ``(len(before), len(after))``: each
     rate Jeffreys' Beta(1/2, 1/2) on its own (git-bayesect's prior), kept where
     ``f1 - f0 >= MIN_GAP`` (every pair if none is: a caller's own grid, such as the true rates)."""
@@ -45,7 +45,7 @@ def rate_prior(before: Sequence[float] = BEFORE_GRID,
     return w / w.sum()
 
 
-def jeffreys_mass(grid: Sequence[float], step: float = STEP) -> np.ndarray:
+def jeffreys_mass(grid: Sequence[float] | np.ndarray, step: float = STEP) -> np.ndarray:
     """Mass of Beta(1/2, 1/2) on each grid point's cell ``[g - step/2, g + step/2]`` (clipped
     to [0, 1]): U-shaped, so a clean predicate leads without a point mass of its own."""
     g = np.asarray(grid, float)

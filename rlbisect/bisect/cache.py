@@ -8,8 +8,8 @@ always safe. The key is the *tree* hash (same files => same verdict, whatever th
 message or parents) plus a hash of the predicate's ``identity()``; the identity is stored too,
 so a person can read which command produced a line. The last line for a key wins.
 
-Not cached: probes the predicate marked ``cacheable=False`` (our own timeouts, checkout
-failures, interruptions: a retry may succeed) and aborts. A command's exit 125 is cached: the
+Not cached: probes whose cause says nothing about the code (:data:`~rlbisect.bisect.predicates.TRANSIENT`:
+our own timeouts, machinery failures, interruptions: a retry may succeed) and aborts. A command's exit 125 is cached: the
 command itself said the tree is untestable.
 
 A noisy predicate (``--flaky``) never recalls a verdict: each run is a fresh sample. Its runs are
@@ -25,8 +25,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rlbisect.bisect.predicates import Probe
+from rlbisect.errors import Verdict
 
 CACHE_DIR = "rlbisect"
 CACHE_FILE = "cache.jsonl"
@@ -79,16 +81,16 @@ class ProbeCache:
         row = self._load().get((tree, predicate_key(identity)))
         if row is None or row.get("verdict") not in ("good", "bad", "skip"):
             return None
-        return Probe(row["verdict"], dict(row.get("values", {})), row.get("reason", ""),
-                     float(row.get("seconds", 0.0)), output=row.get("output", ""),
+        return Probe(Verdict(row["verdict"]), dict(row.get("values", {})), row.get("reason", ""),
+                     float(row.get("seconds", 0.0)), row.get("cause"), output=row.get("output", ""),
                      detail=row.get("detail") or {})
 
     def put(self, tree: str, commit: str, identity: str, probe: Probe) -> bool:
         """Append one result (if cacheable); returns whether it was written."""
-        if not self.enabled or not probe.cacheable or probe.verdict == "abort":
+        if not self.enabled or not probe.cacheable:
             return False
-        row = {"tree": tree, "predicate": predicate_key(identity), "commit": commit,
-               "verdict": probe.verdict, "values": probe.values, "reason": probe.reason,
+        row: dict[str, Any] = {"tree": tree, "predicate": predicate_key(identity), "commit": commit,
+               "verdict": probe.verdict, "cause": probe.cause, "values": probe.values, "reason": probe.reason,
                "seconds": round(probe.seconds, 4), "output": probe.output, "detail": probe.detail,
                "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "identity": identity}
         line = json.dumps(row, sort_keys=True) + "\n"

@@ -7,6 +7,7 @@ and ranks them; the runner does the probing.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 # Below this, values differ by float round-off (an fp32 identity that holds leaves ~1e-8); without a
@@ -24,7 +25,7 @@ def _score(a: float, b: float) -> tuple[float, float]:
 
 def compare(parent: dict[str, float], first_bad: dict[str, float]) -> list[dict]:
     """Rows {name, parent, first_bad, change} for every value measured on both, biggest movers first."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in [k for k in first_bad if k in parent]:
         a, b = float(parent[name]), float(first_bad[name])
         rel, diff = _score(a, b)

@@ -1,13 +1,9 @@
 """The one bisect loop: git, the cache, the executor, interruption and cleanup, for every strategy.
 
-    from rlbisect.bisect import BisectOptions, bisect, make_predicate
-    result = bisect("path/to/repo", "v1.0..main", make_predicate(command=["make", "test"]))
-    print(result.status, result.first_bad, result.exit_code)
-
 A round: the strategy (:mod:`rlbisect.bisect.strategies`) names the commits to probe; verdicts
 the cache knows are recalled (no slot is spent on them: they are marked and the round is planned
 again); the rest run at once on the executor, each in its own slot of the run's sandbox
-(:mod:`rlbisect.sandbox`); each result is cached as it arrives, so a stopped bisect re-runs
+(:mod:`rlbisect.git.sandbox`); each result is cached as it arrives, so a stopped bisect re-runs
 nothing that finished; the strategy turns the verdicts into marks for the real ``git bisect``.
 When the strategy has nothing left to probe, it concludes from the verdicts and git's state.
 
@@ -23,6 +19,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
+from functools import partial
 from pathlib import Path
 
 from rlbisect.bisect.cache import ProbeCache, flaky_identity
@@ -32,11 +29,12 @@ from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates import Predicate, Probe
 from rlbisect.bisect.predicates.command import judged_on_good
 from rlbisect.bisect.report import BisectResult, ProbeRecord, Progress
-from rlbisect.bisect.signals import SignalTrap, Stopped
+from rlbisect._proc.client import close_private
+from rlbisect._proc.signals import SignalTrap, Stopped
 from rlbisect.bisect.strategies import Strategy, make_strategy
-from rlbisect.errors import GitError, Interrupted
-from rlbisect.repo import Repo
-from rlbisect.sandbox import Sandbox, Step
+from rlbisect.errors import Cause, GitError, Interrupted, Status, Verdict
+from rlbisect.git.repo import Repo
+from rlbisect.git.sandbox import Sandbox, Step
 
 
 def bisect(repo: str | Path, range_spec: str, predicate: Predicate,
@@ -52,8 +50,7 @@ def bisect(repo: str | Path, range_spec: str, predicate: Predicate,
     user = Repo.open(repo)
     good, bad = user.resolve_range(range_spec)
     strategy = strategy or make_strategy(options)
-    if hasattr(predicate, "preflight"):
-        predicate.preflight(user, bad)   # input the probes could never use: refused now
+    predicate.preflight(user, bad)   # input the probes could never use: refused now
     first_parent = options.first_parent or strategy.first_parent_only
     history, commits = user.history(good, bad, first_parent)
     result = BisectResult(good, bad, strategy=strategy.name, first_parent=first_parent,
@@ -66,9 +63,10 @@ def bisect(repo: str | Path, range_spec: str, predicate: Predicate,
                  progress or Progress()).go(t_start)
     finally:
         executor.close()
+        close_private()          # the fork server this run started for its probes, if any
     result.total_seconds = time.perf_counter() - t_start
     if trap.signum is not None:
-        result.status, result.signum = "interrupted", trap.signum
+        result.status, result.signum = Status.INTERRUPTED, trap.signum
         result.message = f"interrupted by {signal.Signals(trap.signum).name}"
         raise Interrupted(trap.signum, result)
     return result
@@ -95,25 +93,27 @@ class _Run:
         strategy.start(res.history, res.good, res.bad, res.first_parent)
         self._setup_predicate()
         res.predicate = self.identity = self.predicate.identity()
+        ended = "found"      # how the search ended, for the strategy's report
         try:
             step = self.sandbox.bisect_start(res.good, res.bad, res.first_parent)
             res.setup_seconds = time.perf_counter() - t_start
             if not strategy.recall:
                 self._replay_recorded_runs()
-            step = self._search(step)
-            if step is not None:
-                self._conclude(step)
+            last = self._search(step)
+            if last is not None:
+                self._conclude(last)
+            else:
+                ended = "aborted" if res.status is Status.ABORTED else "stopped"
         except Stopped:
-            res.status = "interrupted"
+            res.status, ended = Status.INTERRUPTED, "interrupted"
         except GitError:
             if self.trap.signum is None:
                 raise
-            res.status = "interrupted"   # git killed by the same Ctrl-C
+            res.status, ended = Status.INTERRUPTED, "interrupted"   # git killed by the same Ctrl-C
         finally:
             res.bisect_log = self.sandbox.bisect_log()
-        if res.status in ("aborted", "interrupted", "stopped"):
-            res.candidates, res.extra = strategy.candidates(), strategy.report(res.status)
-            res.status = "ambiguous" if res.status == "stopped" else res.status
+        if ended != "found":
+            res.candidates, res.extra = strategy.candidates(), strategy.report(ended)
 
     def _search(self, step: Step) -> Step | None:
         """Rounds until the strategy has nothing left to probe -> git's last state; None when
@@ -123,9 +123,9 @@ class _Run:
             self.trap.check()
             done = self._round(picks)
             self.trap.check()   # an interrupted round is neither marked nor concluded
-            aborted = next(((c, p) for c, p in done if p.verdict == "abort"), None)
+            aborted = next(((c, p) for c, p in done if p.verdict is Verdict.ABORT), None)
             if aborted is not None:
-                res.status = "aborted"
+                res.status = Status.ABORTED
                 res.message = (f"predicate aborted the bisect at {aborted[0][:12]}: "
                                f"{aborted[1].reason} (exit codes >= 128 abort, as in git bisect run)")
                 return None
@@ -135,7 +135,7 @@ class _Run:
                 if rec.commit in strategy.dropped:
                     rec.reason += "; not marked: no longer a candidate after this round's other marks"
             if (why := self._hopeless()) is not None:
-                res.status = "stopped"
+                res.status = Status.AMBIGUOUS
                 res.message = (f"the first {len(res.probes)} probes were all skipped: {why}; "
                                "stopped early, the predicate cannot run here (see its output)")
                 return None
@@ -146,11 +146,11 @@ class _Run:
         adapter or runner missing, the checks unable to start. Not a command's own exit 125 or
         a timeout: those can hold for a stretch of history and end."""
         fresh = [p for p in self.result.probes if not p.cached]
+        ours = {Cause.CANNOT_RUN, Cause.MACHINERY}
         reasons = {p.reason for p in fresh}
-        if len(fresh) < 3 or len(reasons) != 1 or any(p.verdict != "skip" for p in fresh):
+        if len(fresh) < 3 or len(reasons) != 1 or any(p.cause not in ours for p in fresh):
             return None
-        reason = reasons.pop()
-        return None if reason.startswith(("exit 125", "timed out", "interrupted")) else reason
+        return reasons.pop()
 
     def _conclude(self, step: Step) -> None:
         res, strategy = self.result, self.strategy
@@ -160,17 +160,15 @@ class _Run:
         res.status, res.first_bad, res.candidates = end.status, end.first_bad, end.candidates
         res.message, res.extra = end.message, end.extra
         codes = {p.values.get("exit_code") for p in res.probes}
-        if res.status == "good_fails" and len(codes) == 1 and None not in codes:
+        if res.status is Status.GOOD_FAILS and len(codes) == 1 and None not in codes:
             res.message += f" (exit {codes.pop():g} at every commit probed)"
-        if res.status == "found" and self.options.diagnose is not False and strategy.recall:
+        if res.status is Status.FOUND and self.options.diagnose is not False and strategy.recall:
             self._diagnose()
 
     def _setup_predicate(self) -> None:
         """A predicate that compares against GOOD gets GOOD's id and a way to check it out
         (once, in the sandbox; on a Ray node, the task checks it out there)."""
-        setup = getattr(self.predicate, "setup", None)
-        if setup is None:
-            return
+        setup = self.predicate.setup
         if self.executor.remote:
             setup(self.result.good, NodeOnly())
             return
@@ -187,10 +185,10 @@ class _Run:
         trees = {self.result.commits[sha].tree: sha for sha, _ in reversed(self.result.history)}
         for row in self.cache.runs(flaky_identity(self.identity), set(trees)):
             sha = row["commit"] if row.get("commit") in self.result.commits else trees[row["tree"]]
-            probe = Probe(row["verdict"], dict(row.get("values", {})), row.get("reason", ""),
+            probe = Probe(Verdict(row["verdict"]), dict(row.get("values", {})), row.get("reason", ""),
                           float(row.get("seconds", 0.0)), output=row.get("output", ""))
             self._record(sha, probe, True, 0.0)
-            self.strategy.replay([(sha, probe.verdict)])   # type: ignore[attr-defined]
+            self.strategy.replay([(sha, probe.verdict)])
 
     # -- one round --------------------------------------------------------------------------
 
@@ -198,11 +196,11 @@ class _Run:
         """Probe ``picks`` (recalling what the cache knows); record and return the outcomes."""
         recalled = {c: self.cache.get(self._tree(c), self.identity) for c in picks} \
             if self.strategy.recall else {}
-        known = [c for c in picks if recalled.get(c) is not None]
+        known = [(c, p) for c in picks if (p := recalled.get(c)) is not None]
         if known:   # no slot for what the cache knows: mark it, then plan again
-            for c in known:
-                self._record(c, recalled[c], True, 0.0)   # type: ignore[arg-type]
-            return [(c, recalled[c]) for c in known]      # type: ignore[misc]
+            for c, p in known:
+                self._record(c, p, True, 0.0)
+            return known
         self.result.rounds += 1
         left = len(self.strategy.candidates())
         self.progress.status(f"round {self.result.rounds}: probing "
@@ -224,7 +222,7 @@ class _Run:
         try:
             for slot, c in enumerate(commits):
                 co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,
-                              local=lambda s=slot, c=c: self.sandbox.checkout(c, f"probe{s}"))
+                              local=partial(self.sandbox.checkout, c, f"probe{slot}"))
                 futures[self.executor.submit(c, co, self.predicate, self.options.timeout)] = c
             pending: set[Future] = set(futures)
             while pending:
@@ -272,7 +270,7 @@ class _Run:
         role = {res.good: "GOOD", res.bad: "BAD"}.get(commit, "")
         rec = ProbeRecord(len(res.probes) + 1, commit, probe.verdict, probe.seconds, probe.values,
                           probe.reason, cached, res.commits[commit].subject, self._tree(commit),
-                          overhead, probe.output, res.rounds, role, probe.detail)
+                          overhead, probe.output, res.rounds, role, probe.detail, probe.cause)
         res.probes.append(rec)
         self.progress.probe(rec)
 

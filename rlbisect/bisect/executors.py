@@ -8,13 +8,13 @@
     ex.close()
 
 :class:`LocalExecutor` (the default) runs each probe in a thread of this process. Threads are
-enough: every predicate does its work in a subprocess (``run_command``, ``run_python``), which owns the
+enough: every predicate does its work in a subprocess (:mod:`rlbisect._proc`), which owns the
 probe's process group, its timeout and the reaction to :data:`~rlbisect.bisect.predicates.STOP`.
 
 :class:`RayExecutor` makes each probe a Ray task that can ask for GPUs. The task materializes
 the commit *on its node*, in a node-local temporary directory removed when the task ends: a
 private repository borrowing the objects of the repository path when the node sees it (a shared
-filesystem; the user's repository is only read, see :mod:`rlbisect.sandbox`), or a ``git clone``
+filesystem; the user's repository is only read, see :mod:`rlbisect.git.sandbox`), or a ``git clone``
 of ``--clone-url`` (the commit must be pushed there). The predicate object travels with the task (cloudpickle) and rlbisect must be
 installed on the nodes. Marks still go into git on the driver. ``ray`` is imported only here,
 only for ``--executor ray``.
@@ -34,12 +34,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from rlbisect.bisect.predicates import STOP, Predicate, Probe
-from rlbisect.bisect.predicates.command import KILL_GRACE
-from rlbisect.errors import GitError, InputError
-from rlbisect.sandbox import node_checkout
+from rlbisect._proc.runner import KILL_GRACE, STOP
+from rlbisect.bisect.predicates import Predicate, Probe
+
+from rlbisect.errors import Cause, GitError, InputError, Verdict
+from rlbisect.git.sandbox import node_checkout
 
 EXECUTORS = ("local", "ray")
 RAY_HINT = "pip install 'rlbisect[ray]'"
@@ -80,9 +81,9 @@ def _safe_probe(work: Callable[[], Probe]) -> Probe:
     try:
         return work()
     except (GitError, OSError) as e:
-        return Probe("skip", reason=f"checkout failed: {e}", cacheable=False)
+        return Probe(Verdict.SKIP, reason=f"checkout failed: {e}", cause=Cause.MACHINERY)
     except Exception as e:  # a crash in the probe machinery is never evidence of a bad commit
-        return Probe("skip", reason=f"probe crashed: {type(e).__name__}: {e}", cacheable=False)
+        return Probe(Verdict.SKIP, reason=f"probe crashed: {type(e).__name__}: {e}", cause=Cause.MACHINERY)
 
 
 class Executor(ABC):
@@ -126,14 +127,15 @@ class LocalExecutor(Executor):
     def submit(self, commit, checkout, predicate, timeout):
         if self._pool is None:
             self.open()
+        assert self._pool is not None   # open() made it
         assert checkout.local is not None, "the local executor needs a local checkout"
-        return self._pool.submit(_safe_probe,  # type: ignore[union-attr]
+        return self._pool.submit(_safe_probe,
                                  lambda: predicate.probe(checkout.local(), commit, timeout))
 
     def stop(self, futures):
         for f in futures:
             f.cancel()          # not started yet: never starts
-        STOP.set()              # running: run_command kills each probe's process group
+        STOP.set()              # running: the runner kills each probe's process group
         wait_futures(futures)   # a thread still in a checkout must finish before cleanup
 
     def close(self):
@@ -170,7 +172,7 @@ class RayExecutor(Executor):
         self.clone_url = clone_url
         self._owned = self._local = False
         self._refs: dict[Future, object] = {}
-        self._task = None
+        self._task: Any = None   # ray.remote(...) once open; Ray is optional
 
     def open(self) -> None:
         ray = self.ray
@@ -207,7 +209,7 @@ class RayExecutor(Executor):
         spec = checkout.remote()
         spec["clone_url"] = spec["clone_url"] or self.clone_url
         try:
-            ref = self._task.options(  # type: ignore[union-attr]
+            ref = self._task.options(
                 num_cpus=self.num_cpus, num_gpus=self.num_gpus,
                 max_retries=0,  # a retry would run the probe twice; a lost task is a skip
                 name=f"rlbisect-probe-{commit[:10]}").remote(commit, spec, predicate, timeout)
@@ -224,11 +226,12 @@ class RayExecutor(Executor):
             try:
                 out.set_result(Probe(**f.result()))
             except Exception as e:
-                reason = ("interrupted" if "Cancel" in type(e).__name__ else
-                          f"Ray task failed: {type(e).__name__}: "
+                cancelled = "Cancel" in type(e).__name__
+                reason = ("interrupted" if cancelled else f"Ray task failed: {type(e).__name__}: "
                           f"{(str(e).strip().splitlines() or [''])[-1][:200]}")
-                out.set_result(Probe("skip", reason=reason, cacheable=False))
-        ref.future().add_done_callback(finished)  # type: ignore[attr-defined]
+                out.set_result(Probe(Verdict.SKIP, reason=reason,
+                                     cause=Cause.INTERRUPTED if cancelled else Cause.MACHINERY))
+        ref.future().add_done_callback(finished)
         return out
 
     def stop(self, futures):
@@ -265,13 +268,13 @@ def _probe_on_node(commit: str, spec: dict, predicate: Predicate, timeout: float
 
     def work() -> Probe:
         worktree = node_checkout(spec["repo"], spec.get("clone_url"), commit, tmp / "probe")
-        if spec.get("good") and getattr(predicate, "setup", None) is not None:
+        if spec.get("good"):
             predicate.setup(spec["good"], lambda: node_checkout(
                 spec["repo"], spec.get("clone_url"), spec["good"], tmp / "good"))
         return predicate.probe(worktree, commit, timeout)
 
     # The probe runs in a thread so that Ray's cancel (a KeyboardInterrupt in this thread)
-    # reaches us while it runs: we set STOP, run_command kills the process group, we clean up.
+    # reaches us while it runs: we set STOP, the runner kills the process group, we clean up.
     t = threading.Thread(target=lambda: box.append(_safe_probe(work)), daemon=True)
     t.start()
     try:

@@ -47,7 +47,7 @@ class BisectOptions(BaseModel):
     confidence: float | None = Field(None, gt=0.5, lt=1, description="--flaky: how sure an "
                                      "answer must be (default 0.95); 0.99 names a wrong commit "
                                      "several times less often when a failure rate only rises, "
-                                     "for 3-4 more runs on a nearly clean predicate (README: "
+                                     "for 3-4 more runs on a nearly clean predicate (docs/noisy.md: "
                                      "choosing --confidence)")
     max_runs: int | None = Field(None, ge=1, description="--flaky: predicate runs at most "
                                  "(default: 60 per halving of the range, at least 120)")

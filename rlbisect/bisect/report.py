@@ -17,15 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlbisect import errors
+from rlbisect.errors import Cause, ExitCode, Status
 from rlbisect.bisect.diagnose import render as render_diagnosis
-from rlbisect.repo import CommitInfo
-
-#: status -> exit code (see rlbisect.errors)
-EXIT_CODES = {"found": errors.FOUND, "ambiguous": errors.NO_ANSWER, "unsure": errors.NO_ANSWER,
-              "aborted": errors.ABORTED, "bad_passes": errors.BAD_PASSES,
-              "good_fails": errors.GOOD_FAILS}
-
+from rlbisect.git.repo import CommitInfo
 
 @dataclass
 class ProbeRecord:
@@ -45,6 +39,7 @@ class ProbeRecord:
     round: int = 0              # the round it ran in (several probes share one with --jobs)
     role: str = ""              # "GOOD" / "BAD" when an endpoint was checked, else ""
     detail: dict = field(default_factory=dict)   # structured evidence (short-run: per-seed values)
+    cause: Cause | None = None   # why, as data (errors.Cause)
 
 
 @dataclass
@@ -56,7 +51,7 @@ class BisectResult:
     predicate: str = ""
     strategy: str = "git"
     first_parent: bool = False
-    status: str = "interrupted"   # found ambiguous unsure aborted bad_passes good_fails interrupted
+    status: Status = Status.INTERRUPTED
     first_bad: str | None = None
     candidates: list[str] = field(default_factory=list)
     probes: list[ProbeRecord] = field(default_factory=list)
@@ -73,9 +68,9 @@ class BisectResult:
 
     @property
     def exit_code(self) -> int:
-        if self.status == "interrupted":
-            return 128 + (self.signum or 2)
-        return EXIT_CODES[self.status]
+        if self.status is Status.INTERRUPTED:
+            return ExitCode.INTERRUPTED + (self.signum or 2)
+        return self.status.exit_code
 
     def subject(self, sha: str) -> str:
         c = self.commits.get(sha)
@@ -91,7 +86,8 @@ class BisectResult:
             "candidates": self.candidates, "strategy": self.strategy,
             "predicate": self.predicate, "first_parent": self.first_parent,
             "n_probes": len(self.probes), "n_rounds": self.rounds,
-            "probes": [{"commit": p.commit, "verdict": p.verdict, "seconds": round(p.seconds, 4),
+            "probes": [{"commit": p.commit, "verdict": p.verdict, "cause": p.cause,
+                        "seconds": round(p.seconds, 4),
                         "values": p.values, "reason": p.reason, "cached": p.cached,
                         "subject": p.subject, "tree": p.tree, "overhead": round(p.overhead, 4),
                         "round": p.round, "role": p.role, "output": p.output,

@@ -22,9 +22,10 @@ commits); the orchestrator therefore follows git's own choice and uses this modu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-Verdict = Literal["good", "bad", "skip"]
+from rlbisect.errors import Verdict
+
 Parents = Mapping[str, Sequence[str]]
 
 
@@ -77,8 +78,9 @@ class BisectState:
 
     def mark(self, commit: str, verdict: Verdict) -> None:
         """Record a verdict, as ``git bisect good|bad|skip <commit>`` does."""
-        if verdict not in ("good", "bad", "skip"):
+        if verdict not in (Verdict.GOOD, Verdict.BAD, Verdict.SKIP):
             raise ValueError(f"verdict must be good, bad or skip, not {verdict!r}")
+        verdict = Verdict(verdict)
         self.verdicts[commit] = verdict
         if verdict == "good":
             self.good.add(commit)
@@ -106,7 +108,7 @@ class BisectState:
         pay for a walk over their ancestors."""
         order = self._candidate_order()
         if self._weight is None:
-            cand, weight = set(order), {}
+            cand, weight = set(order), dict[str, int]()
             for c in order:  # parents come first
                 ps = self._parents_in(c, cand)
                 if len(ps) <= 1:

@@ -23,19 +23,24 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.search import BisectState
+from rlbisect.errors import Status, Verdict
 
-Verdicts = Sequence[tuple[str, str]]   # (commit, good|bad|skip), in probe order
+if TYPE_CHECKING:
+    from rlbisect.bisect.bayes import Decision
+
+Verdicts = Sequence[tuple[str, Verdict]]   # (commit, verdict), in probe order
+Marks = list[tuple[str, Verdict]]          # what to tell git, in order
 
 
 @dataclass
 class Conclusion:
-    """What the evidence supports; ``status`` is one of BisectResult's statuses."""
+    """What the evidence supports."""
 
-    status: str
+    status: Status
     first_bad: str | None = None
     candidates: list[str] = field(default_factory=list)
     message: str = ""
@@ -52,32 +57,46 @@ class GitState:
     candidates: list[str] = field(default_factory=list)
 
 
+class GitView(Protocol):
+    """What a strategy reads of git's bisection: a :class:`GitState` or a ``sandbox.Step``."""
+
+    @property
+    def status(self) -> str: ...
+    commit: str | None
+    first_bad: str | None
+    candidates: list[str]
+
+
 class Strategy(ABC):
     """The search policy of one bisect; see the module docstring."""
 
     name = "strategy"
     recall = True          # a cached verdict may stand in for a run (False: every run is fresh)
     first_parent_only = False
-    dropped: list[str] = []   # commits of the last round whose verdict git would refuse
 
     def start(self, history: list[tuple[str, tuple[str, ...]]], good: str, bad: str,
               first_parent: bool) -> None:
         self.history, self.good, self.bad, self.first_parent = history, good, bad, first_parent
+        self.dropped: list[str] = []   # commits of the last round whose verdict git would refuse
+
+    def replay(self, verdicts: Verdicts) -> None:
+        """Runs earlier bisects recorded for this predicate (strategies that do not recall
+        verdicts, ``recall = False``, are handed them as evidence; others ignore them)."""
 
     @abstractmethod
-    def plan(self, git: GitState) -> list[str]:
+    def plan(self, git: GitView) -> list[str]:
         """The commits to probe in the next round; empty when the search is over."""
 
     @abstractmethod
-    def observe(self, verdicts: Verdicts) -> list[tuple[str, str]]:
+    def observe(self, verdicts: Verdicts) -> Marks:
         """Learn from a round; return the marks to put into git now, in order."""
 
-    def final_marks(self) -> list[tuple[str, str]]:
+    def final_marks(self) -> Marks:
         """Marks to put into git once the search is over."""
         return []
 
     @abstractmethod
-    def conclude(self, git: GitState) -> Conclusion:
+    def conclude(self, git: GitView) -> Conclusion:
         """The answer, from the verdicts and git's final state."""
 
     def candidates(self) -> list[str]:
@@ -100,24 +119,24 @@ class GitChoice(Strategy):
     def start(self, history, good, bad, first_parent) -> None:
         super().start(history, good, bad, first_parent)
         self.mirror = BisectState(dict(history), {good}, bad, first_parent)
-        self.seen: dict[str, list[str]] = {}     # every verdict, endpoints included
+        self.seen: dict[str, list[Verdict]] = {}     # every verdict, endpoints included
 
-    def _said(self, verdict: str, commits: Sequence[str] | None = None) -> bool:
+    def _said(self, verdict: Verdict, commits: Sequence[str] | None = None) -> bool:
         return any(verdict in vs for c, vs in self.seen.items() if commits is None or c in commits)
 
     def _refuted(self) -> bool:
-        return self._said("good", [self.bad]) or self._said("bad", [self.good])
+        return self._said(Verdict.GOOD, [self.bad]) or self._said(Verdict.BAD, [self.good])
 
     def _unconfirmed(self) -> list[str]:
         """Endpoints the answer rests on that no probe has vouched for yet."""
         need = []
-        if not self._said("good") and self.good not in self.seen:
+        if not self._said(Verdict.GOOD) and self.good not in self.seen:
             need.append(self.good)
-        if not self._said("bad") and self.bad not in self.seen:
+        if not self._said(Verdict.BAD) and self.bad not in self.seen:
             need.append(self.bad)
         return need
 
-    def plan(self, git: GitState) -> list[str]:
+    def plan(self, git: GitView) -> list[str]:
         if self._refuted():
             return []
         if self.confirm_up_front and not self.seen:
@@ -129,40 +148,40 @@ class GitChoice(Strategy):
     def picks(self, git_next: str) -> list[str]:
         return [git_next]
 
-    def observe(self, verdicts: Verdicts) -> list[tuple[str, str]]:
+    def observe(self, verdicts: Verdicts) -> Marks:
         for c, v in verdicts:
             self.seen.setdefault(c, []).append(v)
         # goods oldest first, then bads newest first, then skips: for a monotone predicate every
         # mark stays valid; a mark git would refuse after the others (a flaky round) is dropped.
         order = {c: i for i, (c, _) in enumerate(self.history)}
         probed = [(c, v) for c, v in verdicts if c not in (self.good, self.bad)]
-        ranked = sorted(probed, key=lambda cv: ({"good": 0, "bad": 1}.get(cv[1], 2),
-                                                order.get(cv[0], 0) * (1 if cv[1] == "good" else -1)))
+        ranked = sorted(probed, key=lambda cv: ({Verdict.GOOD: 0, Verdict.BAD: 1}.get(cv[1], 2),
+                                                order.get(cv[0], 0) * (1 if cv[1] is Verdict.GOOD else -1)))
         marks, self.dropped = [], []
         for c, v in ranked:
             if c in set(self.mirror.candidates()) and c != self.mirror.bad:
-                self.mirror.mark(c, v)   # type: ignore[arg-type]
+                self.mirror.mark(c, v)
                 marks.append((c, v))
             else:
                 self.dropped.append(c)
         return marks
 
-    def conclude(self, git: GitState) -> Conclusion:
-        if self._said("good", [self.bad]):
-            return Conclusion("bad_passes", message="BAD passes the predicate: nothing to bisect "
+    def conclude(self, git: GitView) -> Conclusion:
+        if self._said(Verdict.GOOD, [self.bad]):
+            return Conclusion(Status.BAD_PASSES, message="BAD passes the predicate: nothing to bisect "
                               "(the regression is not in this range, or the predicate does not "
                               "show it)")
-        if self._said("bad", [self.good]):
-            same = {v for vs in self.seen.values() for v in vs} == {"bad"}
-            return Conclusion("good_fails", message="GOOD fails the predicate" + (
+        if self._said(Verdict.BAD, [self.good]):
+            same = {v for vs in self.seen.values() for v in vs} == {Verdict.BAD}
+            return Conclusion(Status.GOOD_FAILS, message="GOOD fails the predicate" + (
                 ", as every probe did: the predicate is probably broken (see its output)" if same
                 else ": the regression is older than the range, or the predicate is broken"))
-        vouched = self._said("good") and self._said("bad")
+        vouched = self._said(Verdict.GOOD) and self._said(Verdict.BAD)
         if git.status == "found" and vouched:
-            return Conclusion("found", git.first_bad, [git.first_bad or ""])
+            return Conclusion(Status.FOUND, git.first_bad, [git.first_bad or ""])
         missing = "" if vouched else (
             "not confirmed: the answer rests on an endpoint that could not be probed")
-        return Conclusion("ambiguous", None, list(git.candidates), missing)
+        return Conclusion(Status.AMBIGUOUS, None, list(git.candidates), missing)
 
     def candidates(self) -> list[str]:
         return self.mirror.candidates()
@@ -201,34 +220,35 @@ class Posterior(Strategy):
         self.search = bayes.FlakySearch(len(self.order) - 1)
         self.max_runs = self.max_runs or bayes.default_max_runs(len(self.order) - 1)
         self.runs = 0
-        self.decision = None
+        self.decision: Decision | None = None
 
     def replay(self, verdicts: Verdicts) -> None:
         """Runs an earlier ``--flaky`` bisect recorded: evidence, not counted against the budget."""
         for c, v in verdicts:
             if c in self.pos:
-                self.search.observe(self.pos[c], v)   # type: ignore[arg-type]
+                self.search.observe(self.pos[c], v)
 
-    def plan(self, git: GitState) -> list[str]:
+    def plan(self, git: GitView) -> list[str]:
         self.decision = self.search.decide(self.confidence, self.max_runs, self.runs)
         if self.decision.status != "probe":
             return []
-        return [self.order[int(self.decision.probe)]]   # type: ignore[arg-type]
+        assert self.decision.probe is not None   # set with status "probe"
+        return [self.order[int(self.decision.probe)]]
 
-    def observe(self, verdicts: Verdicts) -> list[tuple[str, str]]:
+    def observe(self, verdicts: Verdicts) -> Marks:
         for c, v in verdicts:
             self.runs += 1
-            self.search.observe(self.pos[c], v)   # type: ignore[arg-type]
+            self.search.observe(self.pos[c], v)
         return []
 
-    def final_marks(self) -> list[tuple[str, str]]:
+    def final_marks(self) -> Marks:
         good_pos, bad_pos = self.search.sure_marks(self.confidence)
-        marks = [(self.order[p], "skip") for p in sorted(self.search.skipped)
+        marks: Marks = [(self.order[p], Verdict.SKIP) for p in sorted(self.search.skipped)
                  if 0 < p < len(self.order) - 1]
         if good_pos is not None and 0 < good_pos < len(self.order) - 1:
-            marks.append((self.order[good_pos], "good"))
+            marks.append((self.order[good_pos], Verdict.GOOD))
         if bad_pos is not None and 0 < bad_pos < len(self.order) - 1:
-            marks.append((self.order[bad_pos], "bad"))
+            marks.append((self.order[bad_pos], Verdict.BAD))
         return marks
 
     def top(self, count: int = 10) -> list[dict]:
@@ -242,26 +262,27 @@ class Posterior(Strategy):
                 "runs_per_commit": {self.order[p]: n for p, n in
                                     self.search.runs_per_position().items()}}
 
-    def conclude(self, git: GitState) -> Conclusion:
+    def conclude(self, git: GitView) -> Conclusion:
         d = self.decision or self.search.decide(self.confidence, self.max_runs, self.runs)
         extra = self.report(d.status)
         if d.status == "found":
-            sha = self.order[int(d.first_bad)]   # type: ignore[arg-type]
-            return Conclusion("found", sha, [sha], f"posterior {d.p:.3f} >= {self.confidence}",
+            assert d.first_bad is not None   # set with status "found"
+            sha = self.order[int(d.first_bad)]
+            return Conclusion(Status.FOUND, sha, [sha], f"posterior {d.p:.3f} >= {self.confidence}",
                               extra)
         if d.status == "no_regression":
-            return Conclusion("bad_passes", message=f"BAD passes the predicate as often as GOOD "
+            return Conclusion(Status.BAD_PASSES, message=f"BAD passes the predicate as often as GOOD "
                               f"(posterior {d.p:.3f} that no commit in the range changed it): "
                               "nothing to bisect", extra=extra)
         if d.status == "good_fails":
-            return Conclusion("good_fails", message=f"GOOD fails the predicate as often as BAD "
+            return Conclusion(Status.GOOD_FAILS, message=f"GOOD fails the predicate as often as BAD "
                               f"(posterior {d.p:.3f}): the regression is older than the range, or "
                               "the predicate is broken", extra=extra)
         cands = [self.order[k] for k in d.candidates if 0 < k < len(self.order)]
         why = {"skipped": "only skipped commits can still hold it",
                "unknown": f"the run budget ({self.max_runs} runs) is spent",
                "misfit": d.message or "the runs do not fit a one-change model"}.get(d.status, d.status)
-        return Conclusion("unsure", None, cands, f"not sure of the first bad commit: {why}", extra)
+        return Conclusion(Status.UNSURE, None, cands, f"not sure of the first bad commit: {why}", extra)
 
     def candidates(self) -> list[str]:
         return [self.order[k] for k in self.search.credible_set(self.confidence)

@@ -15,7 +15,7 @@ Loading works the way Python does: `MODULE:FACTORY` is found from the current fo
 `python -m` would); a FILE.py inside a package (folders with `__init__.py`) is imported as part of
 that package, so its relative imports work; a FILE.py on its own is run as a standalone module
 with its folder first on `sys.path`. Each file is imported once per process.
-See `reference_trainer/adapter.py` for a complete example and the README for a walk-through.
+See `reference_trainer/adapter.py` for a complete example and docs/checks.md for a walk-through.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from rlbisect.check.capabilities import Capabilities, capabilities_of
 from rlbisect.errors import InputError
+from rlbisect.registry import Registry
 
 
 @dataclass
@@ -61,7 +63,11 @@ class Prepared:
 
 @runtime_checkable
 class TrainerAdapter(Protocol):
-    """The trainer's probe points. Each method must run the trainer's real code path."""
+    """The trainer's probe points. Each method must run the trainer's real code path.
+
+    Besides these, an adapter may offer the optional members :class:`Offers` lists (read in one
+    place, :meth:`Offers.of`); subclassing :class:`AdapterBase` declares them all as "not offered".
+    """
 
     def policy(self) -> torch.nn.Module:
         """A fresh copy of the policy to check (step 0)."""
@@ -77,7 +83,8 @@ class TrainerAdapter(Protocol):
         take ``rows=None`` and then return only those rows, [len(rows), P] (a cheaper check 11)."""
 
     def loss(self, model: torch.nn.Module, batch: Any, rows: torch.Tensor, prep: Prepared) -> tuple[torch.Tensor, dict]:
-        """The loss of `rows` in ONE forward pass (no accumulation) -> (differentiable loss, stats)."""
+        """The loss of `rows` in ONE forward pass (no accumulation) -> (differentiable loss, stats).
+        It may take ``ref=None``: the KL reference whose term the loss then includes (check 11)."""
 
     def backward(self, model: torch.nn.Module, batch: Any, rows: torch.Tensor, prep: Prepared) -> dict:
         """The trainer's own backward for a minibatch of `rows` (with its accumulation), no
@@ -85,8 +92,8 @@ class TrainerAdapter(Protocol):
 
     def update(self, model: torch.nn.Module, batch: Any, ref: Optional[torch.nn.Module]) -> dict:
         """One full training update of `model` in place (fresh optimizer) -> stats with `approx_kl`.
-        Optionally it takes ``observe=None`` and calls ``observe(rows, mask, old_logp, advantages)``
-        with the tensors its loss is handed, per minibatch (check 15 compares them with prepare())."""
+        It may take ``observe=None`` and call ``observe(rows, mask, old_logp, advantages)`` with the
+        tensors its loss is handed, per minibatch (check 15 compares them with prepare())."""
 
     def make_ref(self, model: torch.nn.Module) -> Optional[torch.nn.Module]:
         """The trainer's KL reference for `model`, or None when it uses no KL term."""
@@ -95,10 +102,58 @@ class TrainerAdapter(Protocol):
         """The same batch with `extra` more positions of padding, on the side the layout pads."""
 
 
-def accepts(method, name: str) -> bool:
-    """Whether an adapter's method takes the optional keyword ``name`` (``loss(ref=)``,
-    ``log_probs(rows=)``, ``update(observe=)``): the checks that need it are n/a or slower without."""
-    return name in inspect.signature(method).parameters
+REQUIRED = ("policy", "probe_batch", "prepare", "log_probs", "loss", "backward", "update", "make_ref", "pad")
+
+
+class AdapterBase:
+    """An optional base class: every optional member of an adapter, declared as not offered.
+
+    An adapter need not subclass it (the checks read any object through :meth:`Offers.of`); a
+    subclass overrides what its trainer offers.
+    """
+
+    #: what the trainer can be asked (sampler log-probs, update shape, by-design differences)
+    capabilities: Capabilities | dict = Capabilities()
+    #: the policy objective: "ppo-clip" (the clip check applies), or "cispo", "reinforce", ...
+    objective: str = "ppo-clip"
+    #: fault switch names ``rlbisect check --matrix`` runs, one row each (factory option ``bug``)
+    faults: Sequence[str] = ()
+    #: ``with_rewards(batch, rewards) -> batch``: the same batch with other rewards (check 12)
+    with_rewards: Optional[Callable[[Any, torch.Tensor], Any]] = None
+    #: ``train_run(steps, seed, eval_every) -> rows``: a short run of the real loop (run-level checks)
+    train_run: Optional[Callable[[int, int, int], list[dict]]] = None
+    #: ``replay(snapshot, bug) -> Replayed``: re-run a saved step of this trainer (replay, promote)
+    replay: Optional[Callable[[Any, Optional[str]], Any]] = None
+
+
+@dataclass(frozen=True)
+class Offers:
+    """What an adapter offers beyond :class:`TrainerAdapter`'s required members: every optional
+    member (see :class:`AdapterBase`) and optional keyword, read here and nowhere else."""
+
+    capabilities: Capabilities
+    objective: str
+    faults: tuple[str, ...]
+    with_rewards: Optional[Callable]
+    train_run: Optional[Callable]
+    replay: Optional[Callable]
+    rows_in_log_probs: bool      # log_probs(model, batch, rows=...)
+    ref_in_loss: bool            # loss(model, batch, rows, prep, ref=...)
+    observe_in_update: bool      # update(model, batch, ref, observe=...)
+
+    @classmethod
+    def of(cls, adapter: Any) -> "Offers":
+        def member(name: str) -> Any:
+            value = getattr(adapter, name, None)
+            return value if callable(value) else None
+        return cls(capabilities_of(adapter), str(getattr(adapter, "objective", None) or "ppo-clip"),
+                   tuple(getattr(adapter, "faults", None) or ()), member("with_rewards"),
+                   member("train_run"), member("replay"), _takes(member("log_probs"), "rows"),
+                   _takes(member("loss"), "ref"), _takes(member("update"), "observe"))
+
+
+def _takes(method: Optional[Callable], name: str) -> bool:
+    return method is not None and name in inspect.signature(method).parameters
 
 
 class AdapterError(InputError):
@@ -126,6 +181,8 @@ def _import_file(path: Path):
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     mod_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if mod_spec is None or mod_spec.loader is None:   # a .py path always has both
+        raise AdapterError(f"{path}: not a Python module")
     module = importlib.util.module_from_spec(mod_spec)
     _first(path.parent)
     sys.modules[mod_name] = module
@@ -139,7 +196,10 @@ def _import_file(path: Path):
 
 def _import_target(spec: str):
     if ":" not in spec:
-        raise AdapterError(f"adapter spec {spec!r} must be MODULE:FACTORY or FILE.py:FACTORY")
+        if spec in ADAPTERS:
+            return ADAPTERS.get(spec)
+        raise AdapterError(f"adapter spec {spec!r} must be MODULE:FACTORY, FILE.py:FACTORY or one of "
+                           f"{', '.join(ADAPTERS)}")
     where, name = spec.rsplit(":", 1)
     try:
         if where.endswith(".py"):
@@ -160,7 +220,8 @@ def _import_target(spec: str):
 
 
 def load_adapter(spec: str, **options) -> TrainerAdapter:
-    """Build an adapter from `MODULE:FACTORY` or `FILE.py:FACTORY`, passing the options it accepts.
+    """Build an adapter from `MODULE:FACTORY`, `FILE.py:FACTORY` or a name registered in
+    :data:`ADAPTERS`, passing the options it accepts.
 
     An option the factory does not accept is an error when it was set (not None): silently
     ignoring `--bug` would check the wrong thing.
@@ -178,14 +239,17 @@ def load_adapter(spec: str, **options) -> TrainerAdapter:
         adapter = factory(**kwargs)
     except Exception as e:
         raise AdapterError(f"{spec} failed: {type(e).__name__}: {e}".splitlines()[0]) from None
-    missing = [m for m in ("policy", "probe_batch", "prepare", "log_probs", "loss", "backward", "update",
-                           "make_ref", "pad") if not callable(getattr(adapter, m, None))]
+    missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
     if missing:
         raise AdapterError(f"{spec} returned an adapter without {', '.join(missing)}")
     return adapter
 
 
 DEFAULT_ADAPTER = "reference_trainer.adapter:make_adapter"
+#: Adapter factories by name (``--adapter NAME``); see rlbisect.registry.
+ADAPTERS: Registry[Callable[..., TrainerAdapter]] = Registry("adapter")
+ADAPTERS.register("tinyagent", DEFAULT_ADAPTER)
+ADAPTERS.register("trl-demo", "rlbisect.frameworks.trl:demo")
 
 
 def parse_adapter_opts(pairs: list[str] | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Seven invariants beyond the chapter's nine, for parts of the update it left unchecked.
+"""Checks 10-16: parts of the update the nine classic identities leave unchecked.
 
    10 clip stops the gradient outside 1 +- eps   with old log-probs set so ratio = e (A > 0) or 1/e
                                         (A < 0), the advantage term's gradient must vanish:
@@ -35,21 +35,15 @@ import copy
 
 import torch
 
-from rlbisect.check.adapter import Prepared, accepts
-from rlbisect.check.invariants import masked_mean, register_invariant
+from rlbisect.check.adapter import Prepared
+from rlbisect.check.invariants import INVARIANTS, masked_mean
 from rlbisect.check.results import NotApplicable
 
 
-def ppo_clip(adapter) -> bool:
-    """Whether the adapter's objective is PPO's clipped surrogate (the chapter's; the default when
-    an adapter does not say). Others declare ``objective = "cispo"``, ``"reinforce"``, ..."""
-    return getattr(adapter, "objective", "ppo-clip") == "ppo-clip"
-
-
-@register_invariant("clip stops the gradient outside 1 +- eps")
+@INVARIANTS.register("clip stops the gradient outside 1 +- eps")
 def _clip(ctx):
-    if not ppo_clip(ctx.adapter):
-        return NotApplicable(f"the objective is {ctx.adapter.objective}, not PPO's clipped surrogate: "
+    if ctx.offers.objective != "ppo-clip":     # the default when an adapter does not say
+        return NotApplicable(f"the objective is {ctx.offers.objective}, not PPO's clipped surrogate: "
                              "it keeps a gradient outside the clip range by design")
     rows = ctx.few_rows(1)
     if not len(rows):
@@ -69,12 +63,12 @@ def _clip(ctx):
 KL_STEP = 1e-5
 
 
-@register_invariant("KL term pulls toward the reference")
+@INVARIANTS.register("KL term pulls toward the reference")
 def _kl_pull(ctx):
     ref, trained = ctx.stepped["ref"], ctx.stepped["model"]
     if ref is None:
         return NotApplicable("no reference model: the trainer uses no KL term")
-    if not accepts(ctx.adapter.loss, "ref"):
+    if not ctx.offers.ref_in_loss:
         return NotApplicable("the adapter's loss() takes no `ref`, so its KL term cannot be asked for")
     rows = ctx.minibatch[:4]
     mask = ctx.truth.owned[rows]
@@ -102,7 +96,7 @@ def _kl_pull(ctx):
         for p in moved.parameters():
             p -= step[i:i + p.numel()].view_as(p)
             i += p.numel()
-    if accepts(ctx.adapter.log_probs, "rows"):
+    if ctx.offers.rows_in_log_probs:
         after = kl(ctx.adapter.log_probs(moved, ctx.batch, rows=rows))
     else:
         after = kl(ctx.adapter.log_probs(moved, ctx.batch)[rows])
@@ -110,11 +104,11 @@ def _kl_pull(ctx):
     return value, value > ctx.t.kl_pull
 
 
-@register_invariant("advantages depend only on their own group")
+@INVARIANTS.register("advantages depend only on their own group")
 def _group_local(ctx):
-    with_rewards = getattr(ctx.adapter, "with_rewards", None)
+    with_rewards = ctx.offers.with_rewards
     G, B = ctx.truth.group_size, len(ctx.truth.rewards)
-    if not callable(with_rewards):
+    if with_rewards is None:
         return NotApplicable("the adapter has no with_rewards(batch, rewards)")
     if B <= G:
         return NotApplicable("one group in the probe batch: nothing to keep apart")
@@ -127,7 +121,7 @@ def _group_local(ctx):
     return value, value < ctx.t.group_local       # NaN fails
 
 
-@register_invariant("every sampled token is trained on")
+@INVARIANTS.register("every sampled token is trained on")
 def _drawn(ctx):
     drawn = ctx.truth.drawn
     if drawn is None:
@@ -138,7 +132,7 @@ def _drawn(ctx):
     return value, value == 0
 
 
-@register_invariant("each optimizer step sees only its own gradient")
+@INVARIANTS.register("each optimizer step sees only its own gradient")
 def _grad_leak(ctx):
     leaks = ctx.stepped["leaks"]
     if leaks.steps < 2:
@@ -147,7 +141,7 @@ def _grad_leak(ctx):
     return float(leaks.leaked), leaks.leaked == 0
 
 
-@register_invariant("the update consumes what prepare() returns")
+@INVARIANTS.register("the update consumes what prepare() returns")
 def _consumed(ctx):
     seen = ctx.stepped["consumed"]
     if seen is None:
@@ -163,7 +157,7 @@ def _consumed(ctx):
     return value, value < ctx.t.consumed      # NaN fails
 
 
-@register_invariant("rewards = the configured reward rule")
+@INVARIANTS.register("rewards = the configured reward rule")
 def _rewards(ctx):
     again = ctx.truth.rescored
     if again is None:

@@ -22,7 +22,7 @@ class Capabilities:
     by_design: dict[str, str] = field(default_factory=dict)
 
 
-def capabilities(adapter) -> Capabilities:
+def capabilities_of(adapter) -> Capabilities:
     """The adapter's declared capabilities, defaults for what it does not declare."""
     declared = getattr(adapter, "capabilities", None)
     if declared is None:

@@ -20,7 +20,7 @@ A check that cannot apply to a trainer (no reference model, an objective other t
 clipped surrogate: the adapter's ``objective`` attribute) returns :class:`NotApplicable` and is
 reported as n/a with its reason: never a failure, never dropped.
 
-Users add their own with `@register_invariant("name")`; a registered check runs wherever the nine do.
+Users add their own with `@INVARIANTS.register("name")`; a registered check runs wherever the nine do.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from functools import cached_property
 from typing import Callable, Optional
 
 import torch
-from rlbisect.check.adapter import Prepared, TrainerAdapter, accepts
-from rlbisect.check.capabilities import capabilities
+from rlbisect.check.adapter import Offers, Prepared, TrainerAdapter
 from rlbisect.check.results import CheckResult, NotApplicable, as_json, over_seeds  # noqa: F401 (re-exported)
 from rlbisect.check.thresholds import Thresholds
+from rlbisect.registry import Registry
 
 
 def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
@@ -61,6 +61,7 @@ class CheckContext:
 
     def __init__(self, adapter: TrainerAdapter, thresholds: Thresholds):
         self.adapter, self.t = adapter, thresholds
+        self.offers = Offers.of(adapter)
         self.model = adapter.policy()
         self.batch, self.truth = adapter.probe_batch()
         B = len(self.truth.rewards)
@@ -110,7 +111,7 @@ class CheckContext:
         optimizer steps that read gradient spent by the step before (:mod:`.optim_probe`)."""
         from rlbisect.check.optim_probe import StepLeaks, spent_gradients_poisoned
 
-        consumed: Optional[list] = [] if accepts(self.adapter.update, "observe") else None
+        consumed: Optional[list] = [] if self.offers.observe_in_update else None
 
         def update(poison: bool):
             trained = copy.deepcopy(self.model)
@@ -158,28 +159,20 @@ class CheckContext:
 
 
 Check = Callable[[CheckContext], "tuple[float, bool] | NotApplicable"]
-INVARIANTS: dict[str, Check] = {}
+#: Every check by name, in report order: the chapter's nine, then :mod:`.beyond`'s, then yours
+#: (``@INVARIANTS.register("name")`` above ``fn(ctx) -> (value, passed)``; see rlbisect.registry).
+INVARIANTS: Registry[Check] = Registry("invariant")
 
 
-def register_invariant(name: str) -> Callable[[Check], Check]:
-    """Decorator: add `fn(ctx) -> (value, passed)` to every run of the checks, after the nine."""
-    def wrap(fn: Check) -> Check:
-        if name in INVARIANTS:
-            raise ValueError(f"an invariant named {name!r} is already registered")
-        INVARIANTS[name] = fn
-        return fn
-    return wrap
-
-
-@register_invariant("mask = policy tokens")
+@INVARIANTS.register("mask = policy tokens")
 def _mask(ctx):
     wrong = int((ctx.prep.mask.float() != ctx.truth.owned.float()).sum())
     return float(wrong), wrong == 0
 
 
-@register_invariant("sampler = trainer log-prob")
+@INVARIANTS.register("sampler = trainer log-prob")
 def _sampler_logp(ctx):
-    if not capabilities(ctx.adapter).sampler_logp:
+    if not ctx.offers.capabilities.sampler_logp:
         return NotApplicable("the sampler records no log-probs (e.g. TRL without vLLM, unless its adapter records them)")
     on = ctx.prep.mask > 0
     gap = (ctx.trainer_logp - ctx.truth.sample_logp).abs()[on]
@@ -187,20 +180,20 @@ def _sampler_logp(ctx):
     return value, value < ctx.t.logp_gap
 
 
-@register_invariant("ratio = 1 before any step")
+@INVARIANTS.register("ratio = 1 before any step")
 def _ratio(ctx):
     stats = ctx.trainer_pass[1]
     value = max(stats["ratio_max"] - 1, 1 - stats["ratio_min"])
     return float(value), value < ctx.t.ratio
 
 
-@register_invariant("group advantage mean = 0")
+@INVARIANTS.register("group advantage mean = 0")
 def _group_mean(ctx):
     value = float(ctx.prep.advantages.view(-1, ctx.truth.group_size).mean(-1).abs().max())
     return value, value < ctx.t.group_mean
 
 
-@register_invariant("loss invariant to padding")
+@INVARIANTS.register("loss invariant to padding")
 def _padding(ctx):
     padded = ctx.adapter.pad(ctx.batch, 8)
     with torch.no_grad():
@@ -210,22 +203,22 @@ def _padding(ctx):
     return value, value < ctx.t.padding
 
 
-@register_invariant("accumulated = one-pass gradient")
+@INVARIANTS.register("accumulated = one-pass gradient")
 def _accumulation(ctx):
     full, accumulated = ctx.one_pass[0], ctx.trainer_pass[0]
     value = float((accumulated - full).norm() / full.norm().clamp(min=1e-30))
     return value, value < ctx.t.accumulation
 
 
-@register_invariant("old_logp frozen in the update")
+@INVARIANTS.register("old_logp frozen in the update")
 def _old_logp_frozen(ctx):
-    if capabilities(ctx.adapter).one_step_per_batch:
+    if ctx.offers.capabilities.one_step_per_batch:
         return NotApplicable("one optimizer step per sampled batch: the old log-prob is the current one by design")
     value = float(ctx.stepped["stats"]["approx_kl"])
     return value, value > ctx.t.approx_kl
 
 
-@register_invariant("update raises log pi where A > 0")
+@INVARIANTS.register("update raises log pi where A > 0")
 def _direction(ctx):
     moved = ((ctx.stepped["new_logp"] - ctx.trainer_logp) * ctx.truth.owned).sum(-1)      # [B]
     adv = group_advantages(ctx.truth.rewards, ctx.truth.group_size)
@@ -233,7 +226,7 @@ def _direction(ctx):
     return value, value > ctx.t.correlation       # NaN (no reward variance in the batch) fails
 
 
-@register_invariant("KL to reference > 0 after a step")
+@INVARIANTS.register("KL to reference > 0 after a step")
 def _kl_ref(ctx):
     ref_logp = ctx.stepped["ref_logp"]
     if ref_logp is None:
@@ -246,13 +239,14 @@ def _kl_ref(ctx):
 # checks 10-12 register themselves here, after the nine, so the order is the report's order
 from rlbisect.check import beyond  # noqa: E402,F401
 
-BUILTIN = list(INVARIANTS)
+#: rlbisect's own checks, in report order (registered above and in beyond.py)
+BUILTIN = tuple(INVARIANTS.names())
 
 
 def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = None) -> dict[str, CheckResult]:
     """Run every registered invariant on one probe batch -> {name: CheckResult}, in order."""
     ctx = CheckContext(adapter, thresholds or Thresholds())
-    by_design = capabilities(adapter).by_design
+    by_design = ctx.offers.capabilities.by_design
     out = {}
     for name, fn in INVARIANTS.items():
         got = fn(ctx)
@@ -266,8 +260,8 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
 def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
                 thresholds: Optional[Thresholds] = None, runs: bool = False) -> dict[str, CheckResult]:
     """The checks on one probe batch per seed, merged (:func:`over_seeds`); with ``runs`` then
-    the run-level checks (:mod:`rlbisect.check.runs`, once: they train)."""
-    from rlbisect.check.runs import run_checks
+    the run-level checks (:mod:`rlbisect.check.run_level`, once: they train)."""
+    from rlbisect.check.run_level import run_checks
     adapters = {seed: make_adapter(seed) for seed in seeds}
     out = over_seeds({seed: sanity_checks(a, thresholds) for seed, a in adapters.items()})
     return {**out, **run_checks(adapters[seeds[0]])} if runs else out
@@ -281,9 +275,9 @@ def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], s
     attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks), ``jobs``
     rows at once in forked children -> {"none" | fault: {check: CheckResult}}."""
     from rlbisect.errors import InputError
-    from rlbisect.forked import forked_map
+    from rlbisect._proc.forked import forked_map
     healthy = make_adapter(None, seeds[0])      # read for its fault list, then checked as the first row
-    faults = list(getattr(healthy, "faults", None) or [])
+    faults = list(Offers.of(healthy).faults)
     if not faults:
         raise InputError("--matrix runs the checks once per fault switch, and the adapter lists "
                          "none (give it a `faults` attribute)")

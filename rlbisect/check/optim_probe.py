@@ -33,7 +33,7 @@ def _params(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
 def spent_gradients_poisoned() -> Iterator[StepLeaks]:
     """Every optimizer step in the block (any optimizer, wrapped or not) -> the counts in the
     yielded :class:`StepLeaks`."""
-    out, poisoned = StepLeaks(), {}
+    out, poisoned = StepLeaks(), dict[int, torch.Tensor]()
 
     def before(optimizer, args, kwargs):
         out.steps += 1

@@ -1,7 +1,7 @@
 """What the checks found: one result per check, n/a with its reason, merged over probe seeds.
 
 Pure data: the checks themselves are in :mod:`rlbisect.check.invariants` and
-:mod:`rlbisect.check.runs`.
+:mod:`rlbisect.check.run_level`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Taking a step's state out of a live training loop: tensor copies, RNG states, digests.
 
 Everything here works on live objects (modules, optimizers, generators); the file format lives
-in `format.py`, the code's git identity in `rlbisect.repo`, putting state back and comparing it in
+in `format.py`, the code's git identity in `rlbisect.git.repo`, putting state back and comparing it in
 `replay.py`.
 """
 

@@ -31,9 +31,10 @@ from typing import Any, Literal
 import safetensors.torch
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
+from torch import Tensor
 
 from rlbisect.errors import InputError
-from rlbisect.repo import CodeIdentity
+from rlbisect.git.repo import CodeIdentity
 from rlbisect.steps.integrity import (HASH_KEY, ZERO_HASH, IntegrityError, atomic_write,
                                      read_declared, seal, verified_metadata)
 from rlbisect.steps.optim_state import decode_optimizer, encode_optimizer
@@ -47,8 +48,8 @@ class SnapshotError(InputError):
 
 @dataclass
 class RngState:
-    torch: torch.Tensor | None = None  # torch.get_rng_state()
-    generators: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> Generator.get_state()
+    torch: Tensor | None = None  # torch.get_rng_state()
+    generators: dict[str, Tensor] = field(default_factory=dict)  # name -> Generator.get_state()
     python: tuple | None = None  # random.getstate()
 
 

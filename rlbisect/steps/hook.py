@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from rlbisect.repo import CodeIdentity, code_identity
+from rlbisect.git.repo import CodeIdentity, code_identity
 from rlbisect.steps.capture import capture, diff_norm, fingerprint, state_digest
 from rlbisect.steps.format import Snapshot, SnapshotError, save_snapshot
 from rlbisect.steps.spikes import DetectorSet, Hit, SpikeConfig, default_detectors
@@ -214,6 +214,7 @@ class SnapshotHook:
         snap.update_norm = diff_norm(after, snap.model)
         if self.keep_post_update:
             snap.post_update = after
+        assert self.dir is not None   # snapshots are only captured with a directory
         path = self.dir / snapshot_name(snap.step)
         try:
             save_snapshot(path, snap)

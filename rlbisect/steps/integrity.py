@@ -31,7 +31,10 @@ _VALUE = re.compile(rb'[0-9a-f]{64}"')
 
 def seal(blob: bytearray) -> bytearray:
     """Write the content hash into a safetensors blob saved with ``HASH_KEY: ZERO_HASH``."""
-    at = _KEY.search(blob, 8, 8 + struct.unpack("<Q", blob[:8])[0]).end()
+    key = _KEY.search(blob, 8, 8 + struct.unpack("<Q", blob[:8])[0])
+    if key is None:
+        raise ValueError(f"blob saved without the {HASH_KEY} placeholder")
+    at = key.end()
     blob[at:at + 64] = hashlib.sha256(blob).hexdigest().encode()
     return blob
 

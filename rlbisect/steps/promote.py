@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlbisect.errors import InputError, RlbisectError
-from rlbisect.steps.replay import ReplayError, UpdateRaised, judge, registered_replayers, replay_in_process
+from rlbisect.steps.replay import REPLAYERS, ReplayError, UpdateRaised, judge, replay_in_process
 from rlbisect.steps.format import Snapshot, load_snapshot
 
 
@@ -135,9 +135,9 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
         replayer = getattr(load_adapter(adapter, **(adapter_opts or {})), "replay", None)
         if not callable(replayer):
             raise PromoteError(f"{adapter} returned an adapter without replay(snap, bug)")
-    elif snap.config.get("trainer") not in registered_replayers():
+    elif snap.config.get("trainer") not in REPLAYERS:
         raise PromoteError(f"snapshot names trainer {snap.config.get('trainer')!r}; promote needs one of "
-                           f"{', '.join(registered_replayers())}, or --adapter MODULE:FACTORY")
+                           f"{', '.join(REPLAYERS)}, or --adapter MODULE:FACTORY")
     try:  # a test that fails where it is written would be noise: check it replays now
         verdict = judge(snap, replay_in_process(snap, None, replayer), tolerance)
     except UpdateRaised as e:

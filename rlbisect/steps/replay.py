@@ -2,7 +2,8 @@
 
 The generic half of `rlbisect replay`: restore model / optimizer / RNGs, compare recorded and
 replayed statistics, judge the parameters, render the verdict. Re-running a trainer's update is the
-trainer's glue (`REPLAYERS`: trainer name -> "module:function"), e.g. `rlbisect.tinyagent`:
+trainer's glue, registered in :data:`REPLAYERS` by the trainer name a snapshot records (see
+:mod:`rlbisect.registry`), e.g. ``rlbisect.tinyagent.replay`` for TinyAgent's:
 
     snap = load_snapshot("snapshots/step-000005.pt")
     report = judge(snap, replay_in_process(snap))      # runs the update with the installed code
@@ -14,20 +15,23 @@ run at all (exit 2) and `UpdateRaised` when the trainer's own update raised (a d
 
 from __future__ import annotations
 
-import importlib
 import math
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
 from rlbisect.errors import InputError
 from rlbisect.metrics import is_timing
 from rlbisect.steps.capture import copy_tensors
+from rlbisect.registry import Registry
 from rlbisect.steps.format import Snapshot
 
-REPLAYERS = {"reference_trainer": "rlbisect.tinyagent:replay_reference"}
+#: trainer name (a snapshot's ``config["trainer"]``) -> ``fn(snap, bug) -> Replayed``. A name read
+#: from a snapshot only selects one of these: no import path is ever read out of a snapshot.
+REPLAYERS: Registry[Callable[[Snapshot, "str | None"], "Replayed"]] = Registry("replayer")
+REPLAYERS.register("reference_trainer", "rlbisect.tinyagent.replay:replay_reference")
 
 
 class ReplayError(InputError):
@@ -132,15 +136,6 @@ class Replayed:
     notes: list[str] = field(default_factory=list)
 
 
-def registered_replayers() -> dict[str, str]:
-    """Trainer name -> "module:function": rlbisect's own, plus those installed packages register
-    under the ``rlbisect.replayers`` entry-point group. A snapshot's ``trainer`` only picks one of
-    these names: no import path is ever read out of a snapshot."""
-    from importlib.metadata import entry_points
-    installed = {ep.name: ep.value for ep in entry_points(group="rlbisect.replayers")}
-    return {**installed, **REPLAYERS}
-
-
 def replay_in_process(snap: Snapshot, bug: str | None = None, replayer=None) -> Replayed:
     """Re-run the snapshot's update with the trainer code importable here. `bug`: replayer-specific
     override of the recorded fault switch ("none" for no fault), None keeps the recorded one.
@@ -148,13 +143,12 @@ def replay_in_process(snap: Snapshot, bug: str | None = None, replayer=None) -> 
     registered one for the snapshot's trainer name."""
     if replayer is not None:
         return replayer(snap, bug)
-    trainer, known = snap.config.get("trainer"), registered_replayers()
-    if not isinstance(trainer, str) or trainer not in known:
+    trainer = snap.config.get("trainer")
+    if not isinstance(trainer, str) or trainer not in REPLAYERS:
         what = f"trainer {trainer!r}" if trainer else "no trainer (config has no 'trainer' key)"
-        raise ReplayError(f"snapshot names {what}; rlbisect replays {', '.join(known)} snapshots by "
+        raise ReplayError(f"snapshot names {what}; rlbisect replays {', '.join(REPLAYERS)} snapshots by "
                           "itself: replay others with --adapter MODULE:FACTORY (an adapter with replay())")
-    module, _, fn = known[trainer].partition(":")
-    return getattr(importlib.import_module(module), fn)(snap, bug)
+    return REPLAYERS.get(trainer)(snap, bug)
 
 
 @dataclass
@@ -179,7 +173,7 @@ class ReplayReport:
 
 
 def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, error: str | None = None,
-          notes: list[str] = ()) -> ReplayReport:
+          notes: Sequence[str] = ()) -> ReplayReport:
     """Compare a replay with the recording. tolerance 0: bit-exact statistics and parameters;
     X > 0: each statistic within X * (1 + |recorded|), the update within X * (1 + ||update||)."""
     if replayed is None:  # the update raised: nothing to compare, and that is a difference

@@ -9,7 +9,7 @@ from typing import Callable
 import pytest
 from typer.testing import CliRunner
 
-from rlbisect.cli import app
+from rlbisect.cli.app import app
 
 #: The ``state`` file decides: good -> 0, skip -> 125, bad -> 1, a number -> that exit code.
 STATE_CMD = ["sh", "-c", 'case "$(cat state)" in good) exit 0;; skip) exit 125;; '

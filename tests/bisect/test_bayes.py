@@ -10,8 +10,11 @@ import random
 import numpy as np
 import pytest
 
+from helpers import sweep
+
 from rlbisect.bisect import bayes
-from rlbisect.bisect.bayes import FlakySearch, simulate
+from rlbisect.bisect.bayes import FlakySearch
+from rlbisect.bisect.simulate import simulate
 from rlbisect.bisect import bayes_fit
 from rlbisect.bisect.bayes_fit import split_statistic
 
@@ -138,7 +141,7 @@ def test_jeffreys_mass_sums_to_one_over_a_full_grid():
 
 # -- the six cases of the benchmark, on simulated 64-commit histories --------------------------
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", sweep(list(CASES), fast=2))
 def test_each_case_finds_the_culprit_with_confidence(case):
     outcomes = six_cases()[case]
     right = [d.p for k, d, _ in outcomes if d.status == "found" and d.first_bad == k]

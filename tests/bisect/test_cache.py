@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import signal
 import subprocess
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from rlbisect.bisect.cache import ProbeCache, predicate_key
 from rlbisect.bisect.predicates import Probe
+from rlbisect.errors import Cause
 
 
 def counting_cmd(counter: Path, extra: str = "") -> list[str]:
@@ -25,7 +28,7 @@ def runs(counter: Path) -> int:
 def test_put_get_roundtrip_and_what_is_not_cached(tmp_path):
     cache = ProbeCache(tmp_path / "c" / "cache.jsonl")
     assert cache.put("t1", "c1", "id", Probe("bad", {"exit_code": 1.0}, "exit 1", 0.5))
-    assert not cache.put("t2", "c2", "id", Probe("skip", reason="timed out", cacheable=False))
+    assert not cache.put("t2", "c2", "id", Probe("skip", reason="timed out", cause=Cause.TIMEOUT))
     assert not cache.put("t3", "c3", "id", Probe("abort", {"exit_code": 255.0}))
     fresh = ProbeCache(cache.path)
     got = fresh.get("t1", "id")
@@ -97,13 +100,14 @@ def test_timeouts_are_retried_on_the_next_run(tiny_repo, run_cli, tmp_path):
     assert not any(p["cached"] for p in data["probes"])
 
 
+@pytest.mark.slow
 def test_a_killed_run_keeps_its_progress(tiny_repo, tmp_path):
     r = tiny_repo(["good"] * 10 + ["bad"] * 22)  # 31 candidates: 5 probes
     counter, block = tmp_path / "counter", tmp_path / "block"
     block.touch()
     # The third probe hangs while `block` exists: kill rlbisect there.
     cmd = counting_cmd(counter, f'[ -e {block} ] && [ "$(wc -l < {counter})" -ge 3 ] && sleep 60; ')
-    base = [sys.executable, "-m", "rlbisect.cli", "run", "main~31..main", "--repo", str(r.path)]
+    base = [sys.executable, "-m", "rlbisect.cli.app", "run", "main~31..main", "--repo", str(r.path)]
     proc = subprocess.Popen([*base, "--", *cmd], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 30

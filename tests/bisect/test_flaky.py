@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import live_members, start_rlbisect, wait_for
+from helpers import git, live_members, start_rlbisect, sweep, wait_for
 
 FLAKY_KEYS = {"posterior", "n_runs", "n_probes", "outcome", "confidence", "rates",
               "runs_per_commit", "first_bad", "candidates", "probes", "bisect_log", "status"}
@@ -45,7 +45,7 @@ def runs_made(counter: Path) -> int:
 def replay(tmp_path: Path, repo: Path, log: str) -> subprocess.CompletedProcess:
     """`git bisect replay` of a captured log in a fresh clone."""
     clone = tmp_path / f"clone-{abs(hash(log)) % 10**8}"
-    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    git(repo, "clone", "-q", str(repo), str(clone))
     (clone / "bisect.log").write_text(log)
     return subprocess.run(["git", "bisect", "replay", "bisect.log"], cwd=clone,
                           capture_output=True, text=True)
@@ -60,7 +60,7 @@ CASES = {"symmetric 0.05": (50, 50), "symmetric 0.1": (100, 100), "symmetric 0.2
          "fails always, not 60%: 0.6 -> 1": (600, 0)}
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", sweep(list(CASES), fast=2))
 def test_each_kind_of_noise_on_real_histories_names_the_culprit_or_nobody(tiny_repo, run_cli,
                                                                           tmp_path, case):
     """Three 32-commit histories per case: the right culprit, or no answer (exit 3); never a
@@ -252,6 +252,7 @@ def test_runs_are_recorded_apart_and_a_rerun_starts_from_them(tiny_repo, run_cli
     assert fresh["n_runs"] >= 1 and not any(p["cached"] for p in fresh["probes"])
 
 
+@pytest.mark.slow
 def test_sigint_during_a_flaky_run_cleans_up_everything(tiny_repo, tmp_path):
     r = tiny_repo(["good"] * 4 + ["bad"] * 4)
     before = r.snapshot()
@@ -273,7 +274,7 @@ def test_sigint_during_a_flaky_run_cleans_up_everything(tiny_repo, tmp_path):
 def test_help_documents_the_flaky_options():
     from typer.testing import CliRunner
 
-    from rlbisect.cli import app
+    from rlbisect.cli.app import app
     out = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
     assert "--flaky" in out and "--confidence" in out and "--max-runs" in out
     assert "first-parent chain" in out and "rlbisect run v1.2..main --flaky" in out

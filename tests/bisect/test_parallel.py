@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import live_members, monotone_states, random_dag
+from helpers import git, live_members, monotone_states, random_dag, sweep
 
 from rlbisect.bisect import BisectOptions, Probe, bisect, make_predicate
+from rlbisect.bisect.predicates import BasePredicate
 
 SEED = 20250611
 _SHA = r"[0-9a-f]{40}"
@@ -65,7 +66,7 @@ def expected_culprit(parents: list[list[int]], culprit: int, first_parent: bool)
 def replay(repo: Path, log: str, tmp: Path) -> tuple[str | None, set[str]]:
     """Replay a bisect log in a fresh clone; (first bad, candidates) as git then says."""
     clone = tmp / f"replay-{time.monotonic_ns()}"
-    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    git(repo, "clone", "-q", str(repo), str(clone))
     (tmp / "log.txt").write_text(log)
     out = subprocess.run(["git", "bisect", "replay", str(tmp / "log.txt")], cwd=clone,
                          capture_output=True, text=True).stdout
@@ -90,7 +91,7 @@ def assert_clean(r, before: dict, pid: int) -> None:
     assert not list(Path(tempfile.gettempdir()).glob(f"rlbisect-{pid}-*"))
 
 
-@pytest.mark.parametrize("case", range(15))
+@pytest.mark.parametrize("case", sweep(range(15)))
 def test_jobs_2_and_3_name_what_jobs_1_names(tiny_repo, run_cli, state_cmd, tmp_path, case):
     rng = random.Random(SEED + case)
     states, parents, culprit, first_parent = random_history(rng)
@@ -187,7 +188,7 @@ def test_a_command_that_cannot_run_aborts_after_the_check_on_good(tiny_repo, run
     assert code == 4 and "bogus exit code 127 on GOOD too" in data["message"], out
 
 
-class GoodAware:
+class GoodAware(BasePredicate):
     """A predicate that compares against GOOD through ``setup`` (as short-run does)."""
 
     def __init__(self):
@@ -239,6 +240,7 @@ def test_bad_executor_options_are_one_line_and_exit_2(tiny_repo, run_cli, state_
     assert code == 2 and out.strip() == f"rlbisect run: {message}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_a_parallel_round_cleans_up(tiny_repo, tmp_path, sig, code):
     r = tiny_repo(["good"] * 8 + ["bad"] * 8)
@@ -247,7 +249,7 @@ def test_a_signal_during_a_parallel_round_cleans_up(tiny_repo, tmp_path, sig, co
     pids.mkdir()
     cmd = ["sh", "-c", f"echo $$ > {pids}/$(cat n).tmp && mv {pids}/$(cat n).tmp {pids}/$(cat n)"
                        "; sleep 60 & wait"]
-    proc = subprocess.Popen([sys.executable, "-m", "rlbisect.cli", "run", "main~15..main",
+    proc = subprocess.Popen([sys.executable, "-m", "rlbisect.cli.app", "run", "main~15..main",
                              "--repo", str(r.path), "--jobs", "3", "--json",
                              str(tmp_path / "partial.json"), "--", *cmd],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -12,7 +12,8 @@ import pytest
 from rlbisect import __version__
 from rlbisect.bisect import BisectOptions, bisect
 from rlbisect.bisect import predicates as P
-from rlbisect.bisect.predicates.command import CommandPredicate, run_command
+from rlbisect._proc.runner import run as run_command
+from rlbisect.bisect.predicates.command import CommandPredicate
 
 
 @pytest.mark.parametrize("code,verdict", [(0, "good"), (1, "bad"), (124, "bad"), (125, "skip"),
@@ -21,7 +22,7 @@ from rlbisect.bisect.predicates.command import CommandPredicate, run_command
 def test_exit_codes_follow_git_bisect_run(tmp_path, code, verdict):
     probe = CommandPredicate(["sh", "-c", f"exit {code}"]).probe(tmp_path, "c", None)
     assert probe.verdict == verdict and probe.values == {"exit_code": code}
-    assert probe.cacheable
+    assert probe.cacheable == (verdict != "abort")       # an abort says nothing about this tree
     assert probe.confirm_on_good == (code in (126, 127))
 
 
@@ -109,14 +110,14 @@ def test_make_predicate_rules():
 
 
 def test_default_predicate_when_unregistered_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(P, "DEFAULT_PREDICATE", "invariants")
-    monkeypatch.setattr(P, "_REGISTRY", {k: v for k, v in P._REGISTRY.items()
-                                         if k != "invariants"})
+    P.PREDICATES.names()
+    monkeypatch.setattr(P.PREDICATES, "_entries", {k: v for k, v in P.PREDICATES._entries.items()
+                                                   if k != "invariants"})
     with pytest.raises(P.PredicateError, match="unknown predicate 'invariants'.*-- CMD ARGS"):
         P.make_predicate()
 
 
-class FileContainsPredicate:
+class FileContainsPredicate(P.BasePredicate):
     """A registered python-level predicate: bad when the file holds a given word."""
 
     def __init__(self, spec: P.PredicateSpec):
@@ -132,10 +133,10 @@ class FileContainsPredicate:
 
 
 def test_a_registered_predicate_plugs_into_the_bisect(tiny_repo, monkeypatch):
-    monkeypatch.setattr(P, "_REGISTRY", dict(P._REGISTRY))
-    monkeypatch.setattr(P, "DEFAULT_PREDICATE", P.DEFAULT_PREDICATE)
-    P.register_predicate("contains", FileContainsPredicate, help="state file holds WORD",
-                         default=True, takes="arg")
+    P.PREDICATES.names()
+    monkeypatch.setattr(P.PREDICATES, "_entries", dict(P.PREDICATES._entries))
+    monkeypatch.setattr(P, "DEFAULT_PREDICATE", "contains")
+    P.PREDICATES.register("contains", P.Kind(FileContainsPredicate, P.Options, "state file holds WORD", "arg"))
     assert "contains" in P.known_predicates()
     r = tiny_repo(["ok", "ok", "ok", "broken", "broken"])
     result = bisect(r.path, "main~4..main", P.make_predicate(name="contains:broken"),

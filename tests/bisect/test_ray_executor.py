@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import live_members
+from helpers import git, live_members
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ def rlbisect(repo: Path, out: Path, *args: str, env: dict | None = None) -> tupl
     where.touch()
     # a Ray worker inherits the head's environment, not ours: the log path is in the command
     cmd = [*STATE[:2], STATE[2].replace("$RLB_WHERE", str(where))]
-    proc = subprocess.run([sys.executable, "-m", "rlbisect.cli", "run", "main~23..main",
+    proc = subprocess.run([sys.executable, "-m", "rlbisect.cli.app", "run", "main~23..main",
                            "--repo", str(repo), "--no-cache", "--json", str(out), *args, "--",
                            *cmd], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode in (0, 3), (proc.stdout, proc.stderr)
@@ -109,7 +109,7 @@ def test_ray_nodes_can_clone_a_url_instead(tiny_repo, tmp_path, ray_head):
     address, env = ray_head
     r = tiny_repo(["good"] * 17 + ["bad"] * 7)
     bare = tmp_path / "pushed.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(r.path), str(bare)], check=True)
+    git(r.path, "clone", "-q", "--bare", str(r.path), str(bare))
     before = r.snapshot()
     data, dirs = rlbisect(r.path, tmp_path / "ray.json", "--executor", "ray", "--jobs", "3",
                           "--ray-address", address, "--clone-url", bare.as_uri(), env=env)
@@ -126,7 +126,7 @@ def test_ctrl_c_during_a_ray_round_kills_the_probes_on_the_node(tiny_repo, tmp_p
     pids.mkdir()
     cmd = ["sh", "-c", f"echo $$ > {pids}/$(cat n).tmp && mv {pids}/$(cat n).tmp {pids}/$(cat n)"
                        "; sleep 60 & wait"]
-    proc = subprocess.Popen([sys.executable, "-m", "rlbisect.cli", "run", "main~15..main",
+    proc = subprocess.Popen([sys.executable, "-m", "rlbisect.cli.app", "run", "main~15..main",
                              "--repo", str(r.path), "--jobs", "2", "--executor", "ray",
                              "--ray-address", address, "--", *cmd], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -153,7 +153,7 @@ def test_more_gpus_than_a_local_instance_has_is_one_line_and_exit_2(tiny_repo):
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp_root}
     env.pop("RAY_ADDRESS", None)
     try:
-        proc = subprocess.run([sys.executable, "-m", "rlbisect.cli", "run", "main~1..main",
+        proc = subprocess.run([sys.executable, "-m", "rlbisect.cli.app", "run", "main~1..main",
                                "--repo", str(r.path), "--executor", "ray", "--ray-gpus", "1000",
                                "--", "true"], capture_output=True, text=True, env=env, timeout=120)
     finally:

@@ -2,14 +2,16 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from history_fixtures import build_history
-from rlbisect.cli import app
+from rlbisect.cli.app import app
 
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_replay_predicate_finds_the_fault_commit(tmp_path):
     snaps = tmp_path / "snaps"
     assert runner.invoke(app, ["train", "--steps", "2", "--snapshot-dir", str(snaps), "--snapshot-every", "1"]).exit_code == 0

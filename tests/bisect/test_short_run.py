@@ -5,18 +5,21 @@ guess) when the spread hides the answer."""
 import json
 import random
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import git_as_tester
+from helpers import git
 
+from rlbisect._proc.worker import read_reply
 from rlbisect.bisect import PredicateError, bisect, make_predicate
+from rlbisect.errors import Cause, Verdict
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates.short_run import ShortRunOptions, ShortRunPredicate
-from rlbisect.bisect.stats import Rule
+from rlbisect.runs.stats import Rule
 from rlbisect.metrics import comparable
-from rlbisect.runlog import dashboard, scores
+from rlbisect.runs.judge import dashboard, scores
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,20 +49,25 @@ def test_identity_depends_on_good_options_and_command():
 
 
 def worker(*args):
-    return subprocess.run([sys.executable, "-I", "-m", "rlbisect.bisect.predicates.train_runs", str(ROOT),
-                           *args], capture_output=True, text=True, timeout=300)
+    """The train_runs worker, fresh (``python -I``), on this checkout -> (exit code, reply)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        reply = Path(tmp) / "reply.json"
+        done = subprocess.run([sys.executable, "-I", "-m", "rlbisect.bisect.predicates.train_runs", *args,
+                               "--code-dir", str(ROOT), "--reply", str(reply)], capture_output=True, text=True,
+                              timeout=300)
+        return done.returncode, read_reply(reply)
 
 
+@pytest.mark.slow
 def test_worker_trains_the_worktrees_code_and_is_deterministic():
-    a = worker("--runner", "reference_trainer.train:short_run", "--steps", "2", "--seeds", "0,1")
-    assert a.returncode == 0, a.stderr
-    runs = json.loads(a.stdout)
+    code, a = worker("--runner", "reference_trainer.train:short_run", "--steps", "2", "--seeds", "0,1")
+    assert code == 0 and a.verdict is Verdict.GOOD
+    runs = a.data
     assert set(runs) == {"0", "1"} and len(runs["0"]) == 2 and runs["0"] != runs["1"]   # seeds differ
-    again = json.loads(worker("--runner", "reference_trainer.train:short_run", "--steps", "2",
-                              "--seeds", "0,1").stdout)
+    again = worker("--runner", "reference_trainer.train:short_run", "--steps", "2", "--seeds", "0,1")[1].data
     assert [[comparable(r) for r in again[s]] for s in "01"] == [[comparable(r) for r in runs[s]] for s in "01"]
-    bad = worker("--steps", "2", "--runner", "no_such_module:f")   # not there: cannot probe
-    assert bad.returncode == 2 and "ModuleNotFoundError" in bad.stderr
+    code, bad = worker("--steps", "2", "--runner", "no_such_module:f")   # not there: cannot probe
+    assert code == 125 and bad.cause is Cause.CANNOT_RUN and "ModuleNotFoundError" in bad.reason
 
 
 def sequential(rule: Rule, good: dict, probe: dict) -> str:
@@ -70,6 +78,7 @@ def sequential(rule: Rule, good: dict, probe: dict) -> str:
     return "unknown"
 
 
+@pytest.mark.slow
 def test_dashboard_false_positive_rate_on_real_runs_of_identical_code():
     """Unmatched seeds make identical code differ only by the seed spread, on every metric at once:
     the dashboard must call it bad at most alpha of the time (matched seeds would make it 0)."""
@@ -107,19 +116,20 @@ def command_history(tmp_path, versions: list[tuple[float, int]]) -> tuple[Path, 
     """A repository whose commits hold train.py with the given (grad_norm scale, exit code)."""
     repo = tmp_path / "r"
     repo.mkdir()
-    git_as_tester(repo, "init", "-q")
+    git(repo, "init", "-q")
     shas = []
     for i, (scale, code) in enumerate(versions):
         (repo / "train.py").write_text(TRAIN.format(scale=scale, code=code) + f"# {i}\n")
-        git_as_tester(repo, "add", "-A")
-        git_as_tester(repo, "commit", "-qm", f"c{i}")
-        shas.append(git_as_tester(repo, "rev-parse", "HEAD"))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"c{i}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
     return repo, shas
 
 
 CMD = [sys.executable, "train.py", "--seed", "{seed}", "--steps", "{steps}", "--out", "{out}/m.jsonl"]
 
 
+@pytest.mark.slow
 def test_the_users_command_finds_a_commit_only_the_gradient_norm_shows(tmp_path):
     """Reward is unchanged; grad_norm is 4x GOOD's from commit 3: the dashboard names it, with the
     metric, the per-seed values, and the first seeds enough to decide."""
@@ -142,6 +152,7 @@ def test_the_users_command_finds_a_commit_only_the_gradient_norm_shows(tmp_path)
 
 @pytest.mark.parametrize("code,verdict,said", [(1, "bad", "training failed with seed 0 (exit 1)"),
                                               (125, "skip", "exits 125"), (127, "skip", "cannot be run")])
+@pytest.mark.slow
 def test_a_failing_training_command_follows_the_outcome_table(tmp_path, code, verdict, said):
     repo, shas = command_history(tmp_path, [(1.0, 0), (1.0, code)])
     pred = make_predicate("short-run", CMD, dict(steps=2, metrics_file="{out}/m.jsonl"))
@@ -150,6 +161,7 @@ def test_a_failing_training_command_follows_the_outcome_table(tmp_path, code, ve
     assert probe.verdict == verdict and said in probe.reason, probe.reason
 
 
+@pytest.mark.slow
 def test_a_run_that_writes_no_metrics_is_skipped_and_a_missing_metric_is_named(tmp_path):
     repo, shas = command_history(tmp_path, [(1.0, 0), (1.0, 0)])
     pred = make_predicate("short-run", CMD, dict(steps=2, metrics_file="{out}/elsewhere.jsonl"))
@@ -172,6 +184,7 @@ def run(steps, seed):
 """
 
 
+@pytest.mark.slow
 def test_a_difference_hidden_by_the_spread_is_skipped_not_guessed(tmp_path):
     """Commit 1 shifts the metric by less than the seed spread can resolve in 9 seeds: skip, not a
     guess; commit 2 shifts it far: bad. git is left with both as candidates (exit 3)."""
@@ -217,18 +230,19 @@ def run(steps, seed):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["raise", "nan"])
 def test_the_code_under_test_crashing_or_going_nan_is_named_bad(tmp_path, mode):
     """Not 'could not train' (a skip): the commit that makes training raise or go NaN is the one."""
     repo = tmp_path / "r"
     repo.mkdir()
-    git_as_tester(repo, "init", "-q")
+    git(repo, "init", "-q")
     shas = []
     for i, m in enumerate(["ok", "ok", "ok", mode, mode, mode]):
         (repo / "mytrainer.py").write_text(CRASHING.format(mode=m) + f"# {i}\n")
-        git_as_tester(repo, "add", "-A")
-        git_as_tester(repo, "commit", "-qm", f"c{i} {m}")
-        shas.append(git_as_tester(repo, "rev-parse", "HEAD"))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"c{i} {m}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
     pred = make_predicate("short-run", options=dict(runner="mytrainer:run", steps=1, window=1))
     result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred)
     assert result.status == "found" and result.first_bad == shas[3], result.summary()
@@ -267,10 +281,11 @@ def test_tinyagents_own_train_command_finds_faults_the_invariants_miss(tmp_path,
         all(p.verdict == "good" for p in result.probes if p.commit in before)
 
 
+@pytest.mark.slow
 def test_run_cli_shows_the_evidence_in_the_report_json_and_plot(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from rlbisect.cli import app
+    from rlbisect.cli.app import app
     repo, shas = command_history(tmp_path, [(1.0, 0)] * 2 + [(4.0, 0)] * 2)
     out = tmp_path / "out"
     out.mkdir()

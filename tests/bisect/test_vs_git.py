@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from helpers import monotone_states, random_dag
+from helpers import git, monotone_states, random_dag, sweep
 
 from rlbisect.bisect.search import BisectState
 
@@ -30,8 +30,7 @@ def random_history(rng: random.Random) -> tuple[list[str], list[list[int]], bool
 
 def git_bisect_run(clone, good: str, bad: str, first_parent: bool, cmd: list[str]):
     fp = ["--first-parent"] if first_parent else []
-    subprocess.run(["git", "bisect", "start", *fp, bad, good], cwd=clone, check=True,
-                   capture_output=True)
+    git(clone, "bisect", "start", *fp, bad, good)
     out = subprocess.run(["git", "bisect", "run", *cmd], cwd=clone, capture_output=True,
                          text=True).stdout
     found = re.search(r"^([0-9a-f]{40}) is the first bad commit", out, re.M)
@@ -41,14 +40,14 @@ def git_bisect_run(clone, good: str, bad: str, first_parent: bool, cmd: list[str
     return None, re.findall(r"^([0-9a-f]{40})$", body, re.M)
 
 
-@pytest.mark.parametrize("case", range(24))
+@pytest.mark.parametrize("case", sweep(range(24), fast=4))
 def test_same_answer_as_git_bisect_run(tiny_repo, run_cli, state_cmd, tmp_path, case):
     rng = random.Random(SEED + case)
     states, parents, first_parent = random_history(rng)
     r = tiny_repo(states, parents)
     good, bad = r.shas[0], r.shas[-1]
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(r.path), str(clone)], check=True)
+    git(r.path, "clone", "-q", str(r.path), str(clone))
     want_first, want_candidates = git_bisect_run(clone, good, bad, first_parent, state_cmd)
 
     before = r.snapshot()
@@ -68,7 +67,7 @@ def test_same_answer_as_git_bisect_run(tiny_repo, run_cli, state_cmd, tmp_path, 
     assert set(mirror.candidates()) == set(want_candidates)
 
 
-@pytest.mark.parametrize("case", range(8))
+@pytest.mark.parametrize("case", sweep(range(8), fast=2))
 def test_when_bad_passes_git_blames_a_commit_and_rlbisect_refuses(tiny_repo, run_cli, state_cmd,
                                                                  tmp_path, case):
     """git trusts the user's BAD; on a range where the predicate passes everywhere (skips aside)
@@ -80,7 +79,7 @@ def test_when_bad_passes_git_blames_a_commit_and_rlbisect_refuses(tiny_repo, run
     r = tiny_repo(states, parents)
     good, bad = r.shas[0], r.shas[-1]
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(r.path), str(clone)], check=True)
+    git(r.path, "clone", "-q", str(r.path), str(clone))
     blamed, candidates = git_bisect_run(clone, good, bad, False, state_cmd)
     assert blamed == bad or bad in candidates            # git blames what it was told is bad
     before = r.snapshot()

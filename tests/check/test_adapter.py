@@ -81,7 +81,7 @@ def test_the_readmes_adapter_command_works_from_the_top_folder(monkeypatch):
 
     from typer.testing import CliRunner
 
-    from rlbisect.cli import app
+    from rlbisect.cli.app import app
     root = Path(__file__).resolve().parents[2]
     command = re.search(r"^    rlbisect check --adapter (reference_trainer/\S+)$",
                         (root / "README.md").read_text(), re.M)

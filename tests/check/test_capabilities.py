@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlbisect.check import Capabilities, load_adapter, sanity_checks
-from rlbisect.check.capabilities import capabilities
+from rlbisect.check.capabilities import capabilities_of as capabilities
 
 
 class _Declared:

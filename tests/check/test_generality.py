@@ -15,7 +15,7 @@ import torch
 from typer.testing import CliRunner
 
 from rlbisect.check.adapter import AdapterError, TrainerAdapter, load_adapter
-from rlbisect.cli import app
+from rlbisect.cli.app import app
 from rlbisect.check.invariants import sanity_checks
 
 pytestmark = pytest.mark.slow

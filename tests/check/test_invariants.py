@@ -8,8 +8,7 @@ import torch
 
 from reference_trainer.adapter import make_adapter
 from reference_trainer.faults import CHAPTER as CHAPTER_FAULTS
-from rlbisect.check.invariants import (BUILTIN, INVARIANTS, Thresholds, as_json, check_matrix, register_invariant,
-                                 sanity_checks)
+from rlbisect.check.invariants import BUILTIN, INVARIANTS, Thresholds, as_json, check_matrix, sanity_checks
 
 CHAPTER = {None: [], "mask_shift": [1, 2, 5], "stale_old_logp": [7], "entropy_sign": [], "sign_flip": [8],
            "accum_local": [6], "sampler_temp": [2, 3], "ref_is_policy": [9]}
@@ -25,11 +24,11 @@ def failing(results, columns=9):
 
 
 def test_names_and_order_are_the_chapters_then_ours():
-    assert BUILTIN[:9] == ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before any step",
+    assert list(BUILTIN[:9]) == ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before any step",
                            "group advantage mean = 0", "loss invariant to padding",
                            "accumulated = one-pass gradient", "old_logp frozen in the update",
                            "update raises log pi where A > 0", "KL to reference > 0 after a step"]
-    assert BUILTIN[9:] == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
+    assert list(BUILTIN[9:]) == ["clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
                            "advantages depend only on their own group", "every sampled token is trained on",
                            "each optimizer step sees only its own gradient",
                            "the update consumes what prepare() returns", "rewards = the configured reward rule"]
@@ -69,7 +68,7 @@ def test_registered_invariant_runs_with_the_nine_and_can_fail():
     name = "test: no advantage is NaN"
     calls = []
 
-    @register_invariant(name)
+    @INVARIANTS.register(name)
     def _(ctx):
         calls.append(1)
         bad = int(torch.isnan(ctx.prep.advantages).sum())
@@ -78,9 +77,9 @@ def test_registered_invariant_runs_with_the_nine_and_can_fail():
         results = sanity_checks(make_adapter())
         assert list(results)[-1] == name and results[name].passed and calls
         with pytest.raises(ValueError, match="already registered"):
-            register_invariant(name)(lambda ctx: (0.0, True))
+            INVARIANTS.register(name)(lambda ctx: (0.0, True))
     finally:
-        INVARIANTS.pop(name)
+        INVARIANTS.unregister(name)
 
 
 def test_no_reward_variance_fails_the_direction_check_instead_of_passing_silently():
@@ -151,7 +150,7 @@ def test_the_new_checks_say_when_they_do_not_apply():
 
 def test_probe_seeds_find_what_one_lucky_batch_hides():
     """adv_no_eps gives NaN advantages only in a flat group. In a 16-episode probe (two groups) seed 1
-    has none and seed 2 has one; at 64 episodes every probe seed 1-8 has one (README)."""
+    has none and seed 2 has one; at 64 episodes every probe seed 1-8 has one (docs/checks.md)."""
     from rlbisect.check.invariants import check_seeds
     small = lambda s, **kw: make_adapter(episodes=16, seed=s, **kw)   # noqa: E731
     one = check_seeds(lambda s: small(s, bug="adv_no_eps"), [1])
@@ -181,7 +180,7 @@ def test_adapter_settings_are_the_trainers_config_fields():
                                        ("log_sample_rng", "evaluation leaves training alone"),
                                        ("optimizer_per_step", "optimizer state persists")])
 def test_run_level_checks_see_what_only_training_shows(bug, fails):
-    from rlbisect.check.runs import run_checks
+    from rlbisect.check.run_level import run_checks
     res = run_checks(make_adapter(bug=bug))
     assert [name for name, r in res.items() if not r.passed] == ([fails] if fails else []), res
     assert not any(r.na for r in res.values())
@@ -192,7 +191,7 @@ def test_run_level_checks_see_what_only_training_shows(bug, fails):
 def test_run_level_checks_fail_on_a_run_that_does_not_repeat_and_are_na_without_a_runner():
     import random
 
-    from rlbisect.check.runs import run_checks
+    from rlbisect.check.run_level import run_checks
 
     class Unseeded:
         def train_run(self, steps, seed, eval_every):

@@ -34,6 +34,7 @@ def test_a_bad_file_is_refused_naming_what_is_wrong(tmp_path, content, message):
         Thresholds.named(str(tmp_path / "t.json"))
 
 
+@pytest.mark.slow
 def test_the_cli_exits_2_with_one_line_before_running_anything(tmp_path):
     (tmp_path / "t.json").write_text('{"bogus": 1}')
     for spec in [str(tmp_path / "t.json"), "fp16"]:

@@ -8,6 +8,8 @@ from reference_trainer.config import make_config
 from reference_trainer.train import run
 from rlbisect.metrics import METRICS, comparable
 
+pytestmark = pytest.mark.slow   # they start torch processes or train: tests/conftest.py
+
 
 @functools.lru_cache(maxsize=None)
 def history(steps=24, bug=None, **knobs):
@@ -103,7 +105,7 @@ def _length_bias_pair(seed):
 
 
 def test_length_bias_failing_episodes_grow_more_under_seq_mean_token_mean():
-    # Seed 1; the pair holds on 7 of seeds 0-7, on seed 0 just (README, bench_length_bias.py)
+    # Seed 1; the pair holds on 7 of seeds 0-7, on seed 0 just (docs/tinyagent.md, bench_length_bias.py)
     bars = _length_bias_pair(1)
     assert all(bars.values()), bars
 

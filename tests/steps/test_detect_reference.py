@@ -10,8 +10,10 @@ from typer.testing import CliRunner
 
 from reference_trainer.config import make_config
 from reference_trainer.train import run
-from rlbisect.cli import app
-from rlbisect.tinyagent import make_hook
+from rlbisect.cli.app import app
+from rlbisect.tinyagent.train import make_hook
+
+pytestmark = pytest.mark.slow   # they start torch processes or train: tests/conftest.py
 
 
 def test_healthy_24_step_run_saves_nothing(tmp_path):

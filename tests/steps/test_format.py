@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
 import random
 import struct
-import subprocess
 import tracemalloc
 
 import pytest
@@ -16,8 +14,8 @@ import safetensors.torch
 import torch
 from typer.testing import CliRunner
 
-from rlbisect.cli import app
-from rlbisect.repo import CodeIdentity
+from rlbisect.cli.app import app
+from rlbisect.git.repo import CodeIdentity
 from rlbisect.steps.capture import capture
 from rlbisect.steps.describe import describe
 from rlbisect.steps.replay import compare_stats, restore

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import reference_trainer
-from rlbisect.cli import app
+from rlbisect.cli.app import app
 from rlbisect.steps.promote import PromoteError, caught_by
 from rlbisect.steps.format import load_snapshot, save_snapshot
 
@@ -65,6 +65,7 @@ def faulted_copy(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_generated_test_passes_on_current_code_and_fails_on_the_fault(snapshot, tmp_path):
     tests = tmp_path / "tests" / "regressions"
     refused = cli("promote", str(snapshot), "--to", str(tests))   # creates one folder level at most

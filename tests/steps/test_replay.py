@@ -9,16 +9,15 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import install_hooks
+from helpers import git, install_hooks
 from typer.testing import CliRunner
 
 import reference_trainer
-from rlbisect.cli import app
+from rlbisect.cli.app import app
 from rlbisect.steps.at import replay_at
 from rlbisect.steps.format import RngState, Snapshot, load_snapshot, save_snapshot
 
@@ -147,19 +146,10 @@ def test_snapshot_of_an_unknown_trainer_cannot_replay(tmp_path):
 
 # --- --at REV ------------------------------------------------------------------------------------------
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "T",
-           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout.strip()
-
-
 def fingerprint(repo: Path) -> dict[str, str]:
     """Every file and directory of the repository, .git included, with content hashes."""
     out = {}
-    for root, dirs, files in os.walk(repo):
+    for root, _dirs, files in os.walk(repo):
         out[root] = "dir"
         out.update({str(Path(root) / f): hashlib.sha256((Path(root) / f).read_bytes()).hexdigest()
                     for f in files})
@@ -186,6 +176,7 @@ def history(tmp_path_factory) -> tuple[Path, str, str]:
     return repo, good, git(repo, "rev-parse", "HEAD")
 
 
+@pytest.mark.slow
 def test_replay_at_another_commit_leaves_the_repo_untouched(last, history, tmp_path):
     repo, good, bad = history
     install_hooks(repo / ".git", tmp_path / "hooks-ran")
@@ -205,18 +196,19 @@ def test_replay_at_another_commit_leaves_the_repo_untouched(last, history, tmp_p
     assert not (tmp_path / "hooks-ran").exists()   # no hook of the repository ran
 
 
+@pytest.mark.slow
 def test_replay_at_is_a_bisect_predicate(last, history, tmp_path):
     repo, good, bad = history
     git(repo, "worktree", "add", "--detach", str(tmp_path / "probe"), bad)  # as the bisect runner would
     try:
-        verdict, values, reason = replay_at(last, tmp_path / "probe", timeout=120)
+        verdict, _, values, reason = replay_at(last, tmp_path / "probe", timeout=120)
     finally:
         git(repo, "worktree", "remove", "--force", str(tmp_path / "probe"))
     assert verdict == "bad" and values["moved"] >= 3 and values["digest_equal"] == 0, (verdict, reason)
     assert "no longer replays" in reason
     (tmp_path / "elsewhere").mkdir()  # no trainer there: untestable, never bad
-    verdict, values, reason = replay_at(last, tmp_path / "elsewhere", timeout=120)
-    assert verdict == "skip" and "reference_trainer is not in" in reason
+    verdict, cause, values, reason = replay_at(last, tmp_path / "elsewhere", timeout=120)
+    assert verdict == "skip" and cause == "cannot_run" and "reference_trainer is not in" in reason
 
 
 def test_judge_counts_only_statistics_on_both_sides(last):

@@ -34,6 +34,7 @@ def _evil_module(folder: Path) -> Path:
     return marker
 
 
+@pytest.mark.slow
 def test_a_snapshot_naming_a_module_cannot_make_replay_import_it(tmp_path, monkeypatch):
     marker = _evil_module(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -69,6 +70,10 @@ def test_an_installed_registered_replayer_is_found_by_name(tmp_path, monkeypatch
         "def run(snap, bug):\n    return Replayed({'loss': 2.0}, snap.post_update_sha256)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import importlib.metadata as md
+
+    from rlbisect.steps.replay import REPLAYERS
+    monkeypatch.setattr(REPLAYERS, "_loaded", False)          # read the entry points again
+    monkeypatch.setattr(REPLAYERS, "_entries", dict(REPLAYERS._entries))
     monkeypatch.setattr(md, "entry_points", lambda group=None: [
         EntryPoint("mytrainer", "goodmod:run", "rlbisect.replayers")] if group == "rlbisect.replayers" else [])
     report = replay(_snapshot(tmp_path, "mytrainer"))

@@ -1,35 +1,33 @@
-"""The ``invariants`` predicate: the step-0 checks on a commit's own trainer code.
+"""The ``invariants`` predicate: the checks on a commit's own trainer code.
 
-The probe runs in a fresh interpreter started with ``python -I`` (neither the current directory
-nor PYTHONPATH can shadow the installed rlbisect), which imports the checker first and only then
-puts the probe's checkout at the front of ``sys.path``: the code under test comes from the
-commit, the checker from the installed package. The worker prints ``{check: {"value",
-"passed"}}`` as JSON and exits 0 (all pass) or 1 (a check fails); 3 when the code under test
-raised while being checked (bad, the message is kept); anything else means the commit cannot be
-probed (the adapter is not there or does not import, rlbisect's own code failed): a skip.
+The probe is a worker (:mod:`rlbisect._proc.worker`): ``python -I -m`` this module, or a fork of a
+server that imported it. It imports the checker first and only then puts the probe's checkout at
+the front of ``sys.path``: the code under test comes from the commit, the checker from the
+installed package. Good when every check passes, bad when one fails or the code under test raises
+under them, skip when the checks cannot run on this commit (the adapter is not there, does not
+import, or comes from outside the checkout).
 
-    python -I -m rlbisect.bisect.predicates.invariants CHECKOUT [--adapter SPEC] [--probe-seeds 1,2] ...
+    python -I -m rlbisect.bisect.predicates.invariants [--adapter SPEC] [--probe-seeds 1,2] ... --code-dir CHECKOUT --reply FILE
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from rlbisect import __version__
-from rlbisect.bisect.predicates import Options, Probe, register_predicate, tail
+from rlbisect._proc.client import ask
+from rlbisect._proc.worker import CannotRun, Reply, worker_main
+from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, Probe,
+                                        from_worker)
 from rlbisect.bisect.predicates.command import file_digests, missing_here
-from rlbisect.bisect.predicates.warm import run_python
-
-#: Exit code of the worker when the code under test raised during the checks (Python itself
-#: exits 1 on an uncaught error, e.g. when rlbisect cannot be imported: that is a skip).
-RAISED = 3
+from rlbisect.errors import Cause, Verdict
 
 
 class InvariantsOptions(Options):
@@ -48,7 +46,7 @@ class InvariantsOptions(Options):
                        "seed, same rows; evaluation leaves training alone; optimizer state persists)")
 
 
-class InvariantsPredicate:
+class InvariantsPredicate(BasePredicate):
     """Good when every registered invariant passes on the commit's code, bad when any fails."""
 
     def __init__(self, options: InvariantsOptions):
@@ -68,11 +66,11 @@ class InvariantsPredicate:
         if where.endswith(".py") and not os.path.isabs(where):
             missing_here(repo, commit, [where], "the adapter")
 
-    def args(self, worktree: Path) -> list[str]:
-        """The worker's arguments (``python -I -m`` this module)."""
+    def args(self) -> list[str]:
+        """The worker's arguments (``python -I -m`` this module, before ``--code-dir``)."""
         o = self.options
-        args = [str(worktree), "--episodes", str(o.episodes),
-                "--probe-seeds", ",".join(map(str, o.probe_seeds)), "--kl-coef", str(o.kl_coef)]
+        args = ["--episodes", str(o.episodes), "--probe-seeds", ",".join(map(str, o.probe_seeds)),
+                "--kl-coef", str(o.kl_coef)]
         args += ["--adapter", o.adapter] if o.adapter else []
         args += ["--runs"] if o.runs else []
         for key, value in o.adapter_opts.items():
@@ -80,95 +78,53 @@ class InvariantsPredicate:
         return args
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        r = run_python(__name__, self.args(worktree), worktree, timeout)
-        output = tail(r.stderr)
-        if r.interrupted:
-            return Probe("skip", reason="interrupted", seconds=r.seconds, cacheable=False)
-        if r.timed_out:
-            return Probe("skip", reason=f"timed out after {timeout:g}s", seconds=r.seconds,
-                         cacheable=False, output=output)
-        last = output.splitlines()[-1] if output else f"exit {r.returncode}"
-        try:
-            checks = json.loads(r.stdout) if r.returncode in (0, 1) and r.stdout.strip() else None
-        except ValueError:
-            checks = None
-        if checks is None and r.returncode == RAISED:
-            return Probe("bad", {}, f"the trainer raised under the checks: {last}", r.seconds,
-                         output=output)
-        if checks is None:
-            return Probe("skip", reason=f"could not run the checks: {last}", seconds=r.seconds,
-                         output=output)
-        values = {name: c["value"] for name, c in checks.items()}
-        failed = [name for name, c in checks.items() if not c["passed"]]
-        reason = "FAILED: " + "; ".join(failed) if failed else "all checks pass"
-        return Probe("bad" if failed else "good", values, reason, r.seconds, output=output)
+        reply, done = ask(__name__, self.args(), worktree, timeout)
+        return from_worker(reply, done, timeout, "the checks")
 
 
-register_predicate("invariants", lambda spec: InvariantsPredicate(spec.options), InvariantsOptions,
-                   "the step-0 invariants on the commit's trainer code (default)", default=True)
+PREDICATES.register("invariants", Kind(lambda spec: InvariantsPredicate(spec.options), InvariantsOptions,
+                                       "the invariants on the commit's trainer code (default)"))
 
 
-def raised_in(error: BaseException, code_dir: Path) -> bool:
-    """Whether the innermost frame of ``error`` that is either the code under test (in
-    ``code_dir``) or rlbisect's own belongs to the code under test."""
-    ours = Path(__file__).resolve().parents[2]
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
-        path = Path(frame.filename).resolve()
-        if code_dir in path.parents:
-            return True
-        if ours in path.parents:
-            return False
-    return False
+def _check(a: argparse.Namespace, code_dir: Path) -> Reply:
+    """Worker: check the trainer code in ``code_dir`` with the installed checker."""
+    from rlbisect.check.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter, parse_adapter_opts
+    from rlbisect.check.invariants import check_seeds
+    from rlbisect.check.results import as_json
+    seeds, opts = [int(x) for x in a.probe_seeds.split(",")], parse_adapter_opts(a.adapter_opt)
+    spec = a.adapter
+    where, _, factory = spec.rpartition(":")
+    if where.endswith(".py") and not Path(where).is_absolute():
+        spec = f"{code_dir / where}:{factory}"
+    try:
+        adapters = {seed: load_adapter(spec, episodes=a.episodes, seed=seed, kl_coef=a.kl_coef, **opts)
+                    for seed in seeds}
+    except AdapterError as e:
+        raise CannotRun(f"invariants: {e}") from None
+    origin = Path(getattr(sys.modules.get(type(adapters[seeds[0]]).__module__), "__file__", "") or ".")
+    if spec == DEFAULT_ADAPTER and code_dir not in origin.resolve().parents:
+        # an installed copy of the trainer shadowed the commit's: we would test the wrong code
+        raise CannotRun(f"invariants: the adapter came from {origin}, not the checkout")
+    results = check_seeds(adapters.__getitem__, seeds, runs=a.runs)
+    checks = as_json(results)
+    failed = [name for name, r in results.items() if not r.passed]
+    return Reply(Verdict.BAD if failed else Verdict.GOOD, Cause.FAILED if failed else Cause.PASSED,
+                 "FAILED: " + "; ".join(failed) if failed else "all checks pass",
+                 {name: r.value for name, r in results.items() if not r.na}, {"checks": checks})
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Worker: check the trainer code in CHECKOUT with the installed checker."""
-    import argparse
-
-    from rlbisect.check.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter, parse_adapter_opts
-    from rlbisect.check.invariants import as_json, check_seeds
-    from rlbisect.startup import defer_dynamo
-    defer_dynamo()
-    p = argparse.ArgumentParser(prog="python -m " + __name__)
-    p.add_argument("worktree")
+    p = argparse.ArgumentParser(prog="python -m " + __name__, description=_check.__doc__)
+    from rlbisect.check.adapter import DEFAULT_ADAPTER
     p.add_argument("--adapter", default=DEFAULT_ADAPTER)
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--probe-seeds", default="1")
     p.add_argument("--kl-coef", type=float, default=0.1)
     p.add_argument("--adapter-opt", action="append", default=[])
     p.add_argument("--runs", action="store_true")
-    a = p.parse_args(argv)
-    seeds, opts = [int(x) for x in a.probe_seeds.split(",")], parse_adapter_opts(a.adapter_opt)
-    worktree = Path(a.worktree).resolve()
-    sys.path.insert(0, str(worktree))
-    spec = a.adapter
-    where, _, factory = spec.rpartition(":")
-    if where.endswith(".py") and not Path(where).is_absolute():
-        spec = f"{worktree / where}:{factory}"
-    try:
-        adapters = {seed: load_adapter(spec, episodes=a.episodes, seed=seed, kl_coef=a.kl_coef, **opts)
-                    for seed in seeds}
-    except AdapterError as e:
-        print(f"invariants: {e}", file=sys.stderr)
-        return 2
-    adapter = adapters[seeds[0]]
-    where = Path(getattr(sys.modules.get(type(adapter).__module__), "__file__", "") or ".")
-    if spec == DEFAULT_ADAPTER and worktree not in where.resolve().parents:
-        # an installed copy of the trainer shadowed the commit's: we would test the wrong code
-        print(f"invariants: the adapter came from {where}, not the checkout", file=sys.stderr)
-        return 2
-    try:
-        results = check_seeds(adapters.__getitem__, seeds, runs=a.runs)
-    except Exception as e:
-        traceback.print_exc(limit=-4)
-        culprit = raised_in(e, worktree)
-        print(f"invariants: {'the trainer' if culprit else 'the checks'} raised: "
-              f"{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
-        return RAISED if culprit else 2
-    print(json.dumps(as_json(results)))
-    return 0 if all(r.passed for r in results.values()) else 1
+    return worker_main(_check, p, argv)
 
 
 if __name__ == "__main__":
-    from rlbisect.startup import exit_now
+    from rlbisect._proc.startup import exit_now
     exit_now(main())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from rlbisect.bisect.predicates import Options, PredicateError, Probe, register_predicate
+from rlbisect.bisect.predicates import PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe
 
 
 class ReplayOptions(Options):
@@ -23,7 +23,7 @@ class ReplayOptions(Options):
                              "0 = bit-exact")
 
 
-class ReplayPredicate:
+class ReplayPredicate(BasePredicate):
     def __init__(self, path: str | None, options: ReplayOptions = ReplayOptions()):
         from rlbisect.steps.format import SnapshotError, load_snapshot
         if not path:
@@ -42,12 +42,11 @@ class ReplayPredicate:
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         from rlbisect.steps.at import replay_at
         t0 = time.perf_counter()
-        verdict, values, reason = replay_at(self.path, worktree, timeout, None,
-                                            self.options.tolerance)
-        stopped = reason.endswith("interrupted") or "timed out" in reason
-        return Probe(verdict, values, reason, time.perf_counter() - t0, cacheable=not stopped)
+        verdict, cause, values, reason = replay_at(self.path, worktree, timeout, None,
+                                                   self.options.tolerance)
+        return Probe(verdict, values, reason, time.perf_counter() - t0, cause)
 
 
-register_predicate("replay", lambda spec: ReplayPredicate(spec.arg, spec.options), ReplayOptions,
-                   "replay:STEP.pt - the saved step must replay identically on the commit's code",
-                   takes="arg")
+PREDICATES.register("replay", Kind(
+    lambda spec: ReplayPredicate(spec.arg, spec.options), ReplayOptions,
+    "replay:STEP.pt - the saved step must replay identically on the commit's code", "arg"))

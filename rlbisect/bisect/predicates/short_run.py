@@ -7,7 +7,7 @@ bisect, shared by all probes). Training is the user's own command (``-- python t
 {seed} --out {out}``) or a Python function (``--runner MOD:FN``, by default TinyAgent's), see
 :mod:`.train_runs`.
 
-Each run is scored per metric (:func:`rlbisect.runlog.score`) and :class:`~rlbisect.bisect.stats.Rule`
+Each run is scored per metric (:func:`rlbisect.runs.read.score`) and :class:`~rlbisect.runs.stats.Rule`
 judges the probe against GOOD's seed spread, adding seeds only while the answer is unclear:
 
 * by default the whole dashboard: every metric both sides log (the held-out one included), any
@@ -31,10 +31,12 @@ from typing import Callable, Literal
 from pydantic import Field, model_validator
 
 from rlbisect import __version__
-from rlbisect.bisect.predicates import Options, PredicateError, Probe, register_predicate
+from rlbisect.bisect.predicates import PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe
+from rlbisect.errors import Cause, Verdict
 from rlbisect.bisect.predicates.train_runs import CommandRunner, FunctionRunner
-from rlbisect.bisect.stats import Decision, Rule
-from rlbisect.runlog import dashboard, finite, flatten, rename, scores
+from rlbisect.runs.stats import Decision, Rule
+from rlbisect.runs.judge import Question, dashboard, judge
+from rlbisect.runs.read import flatten, rename
 
 DEFAULT_RUNNER = "reference_trainer.train:short_run"
 
@@ -73,7 +75,7 @@ class ShortRunOptions(Options):
         return self
 
 
-class ShortRunPredicate:
+class ShortRunPredicate(BasePredicate):
     def __init__(self, options: ShortRunOptions, command: list[str] | None = None):
         self.options = o = options
         if command and o.runner:
@@ -125,8 +127,8 @@ class ShortRunPredicate:
                     self._good_tree = self._checkout_good()
                 got, failed, seconds = self._train(self._good_tree, missing, timeout)
                 if failed is not None:   # a problem at GOOD says nothing about this commit
-                    return None, Probe("skip", reason=f"at GOOD: {failed.reason}", seconds=seconds,
-                                       cacheable=False, output=failed.output), seconds
+                    return None, Probe(Verdict.SKIP, reason=f"at GOOD: {failed.reason}", seconds=seconds,
+                                       cause=Cause.REFERENCE, output=failed.output), seconds
                 self._good_runs.update(got)
             return {s: self._good_runs[s] for s in seeds}, None, seconds
 
@@ -152,28 +154,25 @@ class ShortRunPredicate:
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
         """The rule's decision at this look, or the probe it already implies (a metric gone
-        non-finite, a metric asked for that is not logged)."""
+        non-finite, a metric asked for that is not logged, nothing to compare)."""
         o = self.options
-        asked = [o.metric] if o.metric else o.metrics
-        names = dashboard(list(good.values()) + list(probe.values()), asked)
-        g, p = scores(good, names, o.window), scores(probe, names, o.window)
-        absent = [m for m in (asked or []) if m not in g or m not in p]
-        if absent:
-            side, runs = ("GOOD's", good) if absent[0] not in g else ("this commit's", probe)
+        j = judge(good, probe, self.rule, Question(o.metric, o.metrics, o.direction, o.window))
+        if j.absent:
+            metric, side = j.absent[0]
+            side, runs = ("GOOD's", good) if side == "GOOD" else ("this commit's", probe)
             have = dashboard(runs.values())
-            return Probe("skip", reason=f"{absent[0]} is not in {side} runs (they log: "
-                         f"{', '.join(have) or 'nothing'})", seconds=seconds)
-        for m in names:
-            if m in g and m in p and finite(g[m]) and not finite(p[m]):
-                return Probe("bad", {m: statistics.fmean(p[m])}, f"{m} is not finite at this commit "
-                             f"({p[m]}) while GOOD's is", seconds, detail={"metrics": [
-                                 {"metric": m, "good": g[m], "probe": p[m], "p": 0.0, "decides": True}]})
-        g = {m: v for m, v in g.items() if finite(v)}
-        if not set(g) & set(p):   # more seeds cannot help: nothing to compare
-            return Probe("skip", reason="no metric is logged (finite) by both GOOD's runs and this "
-                         f"commit's (GOOD: {', '.join(g) or 'none'}; here: {', '.join(p) or 'none'})",
-                         seconds=seconds)
-        return self.rule.judge(g, p, (o.direction or "lower") if o.metric else "change")
+            return Probe(Verdict.SKIP, reason=f"{metric} is not in {side} runs (they log: "
+                         f"{', '.join(have) or 'nothing'})", seconds=seconds, cause=Cause.CANNOT_RUN)
+        if j.went_nonfinite:
+            m = j.went_nonfinite[0]
+            return Probe(Verdict.BAD, {m: statistics.fmean(j.other[m])}, f"{m} is not finite at this "
+                         f"commit ({j.other[m]}) while GOOD's is", seconds, Cause.RAISED, detail={"metrics": [
+                             {"metric": m, "good": j.good[m], "probe": j.other[m], "p": 0.0, "decides": True}]})
+        if j.decision is None:   # more seeds cannot help: nothing to compare
+            return Probe(Verdict.SKIP, reason="no metric is logged (finite) by both GOOD's runs and this "
+                         f"commit's (GOOD: {', '.join(j.good) or 'none'}; here: {', '.join(j.other) or 'none'})",
+                         seconds=seconds, cause=Cause.CANNOT_RUN)
+        return j.decision
 
     def _probe(self, d: Decision, seeds: list[int], seconds: float) -> Probe:
         o = self.options
@@ -189,21 +188,23 @@ class ShortRunPredicate:
                               for t in d.tests]}
         over = f"over {len(seeds)} seeds"
         if d.verdict == "unknown":
-            return Probe("skip", values, f"unknown after {len(seeds)} seeds: {shown[0].describe()}; the seed spread "
-                         "hides any difference; skipped, not guessed", seconds, detail=detail)
+            return Probe(Verdict.SKIP, values, f"unknown after {len(seeds)} seeds: {shown[0].describe()}; the seed "
+                         "spread hides any difference; skipped, not guessed", seconds, Cause.UNDECIDED,
+                         detail=detail)
         if d.verdict == "bad":
             more = f"; +{len(d.deciding) - 1} more" if len(d.deciding) > 1 else ""
             word = "worse" if o.metric and o.direction != "change" else "moved beyond GOOD's seed spread"
-            return Probe("bad", values, f"{word} {over}: {shown[0].describe()}{more}", seconds,
+            return Probe(Verdict.BAD, values, f"{word} {over}: {shown[0].describe()}{more}", seconds,
                          detail=detail)
         if not o.metric:
             said = f"none of {len(d.tests)} metrics moved beyond GOOD's seed spread"
         else:
             said = f"{o.metric} {'did not move' if o.direction == 'change' else 'is not worse'}"
-        return Probe("good", values, f"{said} {over} (closest: {shown[0].describe()})", seconds,
+        return Probe(Verdict.GOOD, values, f"{said} {over} (closest: {shown[0].describe()})", seconds,
                      detail=detail)
 
 
-register_predicate("short-run", lambda spec: ShortRunPredicate(spec.options, spec.command),
-                   ShortRunOptions, "matched-seed short training runs against GOOD (your training "
-                   "command after --, or a runner), judged on the whole dashboard", takes="command")
+PREDICATES.register("short-run", Kind(
+    lambda spec: ShortRunPredicate(spec.options, spec.command), ShortRunOptions,
+    "matched-seed short training runs against GOOD (your training command after --, or a runner), "
+    "judged on the whole dashboard", "command"))

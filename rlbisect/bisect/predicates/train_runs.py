@@ -1,7 +1,7 @@
 """How the short-run predicate trains a commit: the user's training command, or a Python function.
 
 Both runners train the code of a probe checkout with each seed asked for and return the runs as
-metric rows ``{seed: rows}`` (see :mod:`rlbisect.runlog`), or the probe that explains why not:
+metric rows ``{seed: rows}`` (see :mod:`rlbisect.runs.read`), or the probe that explains why not:
 
 * :class:`CommandRunner` runs ``-- CMD ARGS`` once per seed in the checkout, ``{seed}``,
   ``{steps}`` and ``{out}`` (a fresh folder per run, removed afterwards) filled in, and reads
@@ -13,26 +13,26 @@ What a failed run means follows the predicates' table: the code under test exiti
 raising is **bad**; a command that cannot be run (126/127), exits 125, times out, or writes no
 metrics is a **skip**.
 
-    python -I -m rlbisect.bisect.predicates.train_runs CHECKOUT --runner MOD:FN --steps 8 --seeds 0,1,2
+    python -I -m rlbisect.bisect.predicates.train_runs --runner MOD:FN --steps 8 --seeds 0,1,2 --code-dir CHECKOUT --reply FILE
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from rlbisect.bisect.predicates import PredicateError, Probe, tail
-from rlbisect.bisect.predicates.command import file_digests, missing_here, run_command
-from rlbisect.bisect.predicates.warm import run_python
-from rlbisect.runlog import RunLogError, read_rows
+from rlbisect._proc.client import ask
+from rlbisect._proc.runner import run
+from rlbisect._proc.worker import CannotRun, Reply, first_line, worker_main
+from rlbisect.bisect.predicates import PredicateError, Probe, from_worker, stopped, tail
+from rlbisect.bisect.predicates.command import file_digests, missing_here
+from rlbisect.errors import Cause, Verdict
+from rlbisect.runs.read import RunLogError, read_rows
 
-RAISED = 3   # worker exit code: the code under test raised (see the invariants worker)
 PLACEHOLDERS = ("{seed}", "{steps}", "{out}")
 
 
@@ -43,16 +43,6 @@ class Runs:
     rows: dict[int, list[dict]] = field(default_factory=dict)
     failure: Probe | None = None
     seconds: float = 0.0
-
-
-def _stopped(r, timeout: float | None, what: str) -> Probe | None:
-    """The skip for a run that was interrupted or timed out (its verdict says nothing)."""
-    if r.interrupted:
-        return Probe("skip", reason="interrupted", seconds=r.seconds, cacheable=False)
-    if r.timed_out:
-        return Probe("skip", reason=f"{what} timed out after {timeout:g}s", seconds=r.seconds,
-                     cacheable=False, output=tail(r.stdout + "\n" + r.stderr))
-    return None
 
 
 class CommandRunner:
@@ -96,26 +86,27 @@ class CommandRunner:
                        .replace("{out}", str(out))
         metrics = worktree / fill(self.metrics_file)   # {out} makes it absolute
         metrics.unlink(missing_ok=True)   # never read a file an earlier seed left in the checkout
-        r = run_command([fill(a) for a in self.argv], worktree, timeout)
-        if (stopped := _stopped(r, timeout, f"the run with seed {seed}")) is not None:
-            return None, stopped, r.seconds
+        r = run([fill(a) for a in self.argv], worktree, timeout)
         output = tail(r.stdout + "\n" + r.stderr)
+        if r.stopped:
+            return None, stopped(r.timed_out, r.seconds, timeout, f"the run with seed {seed}", output), r.seconds
         code = int(r.returncode or 0)
         if code in (125, 126, 127):
             why = "exits 125 (skip)" if code == 125 else f"cannot be run (exit {code})"
-            return None, Probe("skip", reason=f"the training command {why} with seed {seed}",
+            return None, Probe(Verdict.SKIP, reason=f"the training command {why} with seed {seed}",
+                               cause=Cause.EXIT_CODE if code == 125 else Cause.CANNOT_RUN,
                                output=output), r.seconds
         if code != 0:
-            return None, Probe("bad", {"exit_code": float(code)}, f"training failed with seed {seed}"
-                               f" (exit {code})", output=output), r.seconds
+            return None, Probe(Verdict.BAD, {"exit_code": float(code)}, f"training failed with seed {seed}"
+                               f" (exit {code})", cause=Cause.EXIT_CODE, output=output), r.seconds
         try:
             rows = read_rows(metrics)
         except RunLogError as e:
-            return None, Probe("skip", reason=f"the run with seed {seed} wrote no metrics: {e}",
-                               output=output), r.seconds
+            return None, Probe(Verdict.SKIP, reason=f"the run with seed {seed} wrote no metrics: {e}",
+                               cause=Cause.CANNOT_RUN, output=output), r.seconds
         if not rows:
-            return None, Probe("skip", reason=f"the run with seed {seed} logged no rows in "
-                               f"{self.metrics_file}", output=output), r.seconds
+            return None, Probe(Verdict.SKIP, reason=f"the run with seed {seed} logged no rows in "
+                               f"{self.metrics_file}", cause=Cause.CANNOT_RUN, output=output), r.seconds
         return rows, None, r.seconds
 
 
@@ -132,56 +123,35 @@ class FunctionRunner:
         """A runner module is looked up in the checkout at probe time (absent: a skip)."""
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
-        args = [str(worktree), "--runner", self.runner, "--steps", str(steps),
-                "--seeds", ",".join(map(str, seeds))]
-        r = run_python(__name__, args, worktree, timeout)
-        if (stopped := _stopped(r, timeout, "the runner")) is not None:
-            return Runs(failure=stopped, seconds=r.seconds)
-        try:
-            return Runs({int(k): v for k, v in json.loads(r.stdout).items()}, seconds=r.seconds)
-        except (ValueError, AttributeError):
-            output = tail(r.stderr)
-            last = (output.splitlines() or [f"exit {r.returncode}"])[-1]
-            verdict, what = ("bad", "the trainer raised") if r.returncode == RAISED \
-                else ("skip", "could not train")
-            return Runs(failure=Probe(verdict, reason=f"{what}: {last}", seconds=r.seconds,
-                                      output=output), seconds=r.seconds)
+        args = ["--runner", self.runner, "--steps", str(steps), "--seeds", ",".join(map(str, seeds))]
+        reply, done = ask(__name__, args, worktree, timeout)
+        probe = from_worker(reply, done, timeout, "the runner")
+        if reply is None or probe.verdict is not Verdict.GOOD:
+            return Runs(failure=probe, seconds=done.seconds)
+        return Runs({int(k): v for k, v in reply.data.items()}, seconds=done.seconds)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Worker: train the checkout's code with each seed, print {seed: rows} as JSON."""
-    import argparse
+def _train(a, code_dir: Path) -> Reply:
+    """Worker: train the checkout's code with each seed -> the rows per seed (the reply's data)."""
     import importlib
-    import traceback
-
-    from rlbisect.bisect.predicates.invariants import raised_in
-    from rlbisect.startup import defer_dynamo
-    defer_dynamo()
-    p = argparse.ArgumentParser(prog="python -m " + __name__)
-    p.add_argument("worktree")
-    p.add_argument("--runner", required=True)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--seeds", default="0,1,2")
-    a = p.parse_args(argv)
-    worktree = Path(a.worktree).resolve()
-    sys.path.insert(0, str(worktree))
     try:
         module, name = a.runner.rsplit(":", 1)
         fn = getattr(importlib.import_module(module), name)
     except Exception as e:   # the runner is not there at this commit: untestable
-        print(f"short-run: cannot load {a.runner}: {type(e).__name__}: {e}".splitlines()[0],
-              file=sys.stderr)
-        return 2
-    try:
-        out = {s: list(fn(a.steps, s)) for s in map(int, a.seeds.split(","))}
-    except Exception as e:
-        traceback.print_exc(limit=-4)
-        print(f"short-run: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
-        return RAISED if raised_in(e, worktree) else 2
-    print(json.dumps(out))
-    return 0
+        raise CannotRun(f"short-run: cannot load {a.runner}: {first_line(e)}") from None
+    rows = {s: list(fn(a.steps, s)) for s in map(int, a.seeds.split(","))}
+    return Reply(Verdict.GOOD, Cause.PASSED, f"trained {len(rows)} runs", data=rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m " + __name__, description=_train.__doc__)
+    p.add_argument("--runner", required=True)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--seeds", default="0,1,2")
+    return worker_main(_train, p, argv)
 
 
 if __name__ == "__main__":
-    from rlbisect.startup import exit_now
+    from rlbisect._proc.startup import exit_now
     exit_now(main())

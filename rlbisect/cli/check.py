@@ -1,0 +1,96 @@
+"""``rlbisect check``: the invariants through a trainer's own code."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from rlbisect.cli.common import output_path, probe_seed_list
+from rlbisect.errors import InputError
+
+
+def check_cmd(
+    adapter: str = typer.Option(None, "--adapter", help="MODULE:FACTORY or FILE.py:FACTORY (default: TinyAgent's)"),
+    bug: str = typer.Option(None, "--bug", help="inject a code fault (adapters that accept `bug`)"),
+    episodes: int = typer.Option(64, "--episodes", min=1, help="episodes in the probe batch"),
+    seed: int = typer.Option(None, "--seed", help="seed of the probe batch (default 1)"),
+    probe_seeds: str = typer.Option(None, "--probe-seeds", help="several probe batches, e.g. 1,2,3: a check fails if it fails on any"),
+    adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="KEY=VALUE for the adapter's factory, repeatable: "
+                                          "check at the trainer's settings, e.g. temperature=0.7"),
+    kl_coef: float = typer.Option(0.1, "--kl-coef", min=0, help="KL weight, so the reference check applies (0: none)"),
+    as_json: bool = typer.Option(False, "--json", help='print {check: {"value", "passed"}}'),
+    matrix: bool = typer.Option(False, "--matrix", help="run with no fault and with each fault the adapter lists"),
+    runs: bool = typer.Option(False, "--runs", help="also the run-level checks: short training runs (same seed, same "
+                              "rows; evaluation leaves training alone; optimizer state persists)"),
+    plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
+    jobs: int = typer.Option(None, "--jobs", "-j", min=1, help="with --matrix: rows checked at once, each in a "
+                             "forked process (default: this machine's cores)"),
+    thresholds: str = typer.Option(None, "--thresholds", help="fp32 (default), bf16, or a JSON file of limits"),
+) -> None:
+    """Run the step-0 invariants on one probe batch through the trainer's own code.
+
+    Exit 0 when every check passes, 1 when any fails, 2 when the checks could not run.
+
+    Example: rlbisect check --bug sign_flip          (or: --adapter my_trainer/rl_adapter.py:make_adapter)
+
+    Example: rlbisect check --matrix --jobs 2 --json --plot matrix.png
+
+    Example: rlbisect check --probe-seeds 1,2,3 --adapter-opt temperature=0.7 --adapter-opt loss_mode=seq_mean_token_mean
+    """
+    from rlbisect.check import DEFAULT_ADAPTER, check_matrix, check_seeds, load_adapter
+    from rlbisect.check.adapter import parse_adapter_opts
+    from rlbisect.check.invariants import as_json as to_json
+    from rlbisect.check.thresholds import Thresholds
+    from rlbisect._proc.forked import usable_cores
+    from rlbisect._proc.quiet import stdout_to_stderr
+    from rlbisect._proc.startup import defer_dynamo
+    from rlbisect.tinyagent import first_use_note
+    if (plot or jobs) and not matrix:
+        raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")
+    plot_out, spec = output_path(plot, "--plot"), adapter or DEFAULT_ADAPTER
+    seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt)
+    limits = Thresholds.named(thresholds)
+    defer_dynamo()        # the checks never compile: see rlbisect._proc.startup
+
+    if spec == DEFAULT_ADAPTER and (note := first_use_note()):
+        typer.echo(note, err=True)
+
+    def make(fault, probe_seed):
+        return load_adapter(spec, episodes=episodes, seed=probe_seed, kl_coef=kl_coef, bug=fault, **opts)
+    if matrix:
+        with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
+            table = {row: to_json(r) for row, r in check_matrix(
+                make, seeds, limits, on_row=None if as_json else _print_matrix_row, runs=runs,
+                jobs=jobs or usable_cores()).items()}
+        if plot_out:
+            from rlbisect.plots import matrix_heatmap
+            matrix_heatmap(table, plot_out)
+        if as_json:
+            typer.echo(json.dumps(table, indent=2))
+        raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
+    with stdout_to_stderr(as_json):
+        results = check_seeds(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs=runs)
+    if as_json:
+        typer.echo(json.dumps(to_json(results), indent=2))
+    else:
+        width = max(len(name) for name in results)
+        for r in results.values():
+            at = f"  (probe seed {r.seed})" if len(seeds) > 1 and not r.passed else ""
+            if r.na:
+                typer.echo(f"{r.name:<{width}} {'n/a':>10}  ({r.na})")
+            elif r.by_design:
+                typer.echo(f"{r.name:<{width}} {r.value:10.3g}  by design: {r.by_design}")
+            else:
+                typer.echo(f"{r.name:<{width}} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}{at}")
+        failed = [r.name for r in results.values() if not r.passed]
+        designed = [r.name for r in results.values() if r.by_design]
+        summary = f"FAILED: {'; '.join(failed)}" if failed else "all checks passed"
+        typer.echo(summary + (f" ({len(designed)} by design: {'; '.join(designed)})" if designed else ""))
+    raise typer.Exit(0 if all(r.passed for r in results.values()) else 1)
+
+
+def _print_matrix_row(fault, results) -> None:
+    cells = " ".join(f"{'n/a' if r.na else 'bd' if r.by_design else 'ok' if r.passed else 'FAIL':>4}"
+                     for r in results.values())
+    typer.echo(f"{fault or 'none':<15} {cells}")

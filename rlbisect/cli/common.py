@@ -1,0 +1,59 @@
+"""What several commands share: output paths checked before any work, seeds, options models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import overload
+
+from pydantic import ValidationError
+
+from rlbisect.bisect.options import BisectOptions
+from rlbisect.errors import InputError
+
+
+def doc(model, name: str) -> str:
+    """An option's help: the description of the config field it sets (documented once)."""
+    return model.model_fields[name].description or ""
+
+
+@overload
+def output_path(path: str, flag: str) -> Path: ...
+@overload
+def output_path(path: str | None, flag: str) -> Path | None: ...
+
+
+def output_path(path: str | None, flag: str) -> Path | None:
+    """A file we will write: its folder must exist now, before any work (a typo costs nothing)."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise InputError(f"{flag} {path}: is a directory, give a file name")
+    if not p.parent.is_dir():
+        raise InputError(f"{flag} {path}: folder {p.parent} does not exist")
+    return p
+
+
+def probe_seed_list(seed: int | None, probe_seeds: str | None) -> list[int]:
+    """--seed N or --probe-seeds A,B,C (not both) -> the probe seeds, default [1]."""
+    if probe_seeds is None:
+        return [1 if seed is None else seed]
+    if seed is not None:
+        raise InputError("give --seed or --probe-seeds, not both")
+    try:
+        seeds = [int(x) for x in probe_seeds.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--probe-seeds {probe_seeds}: expected integers, e.g. 1,2,3") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise InputError(f"--probe-seeds {probe_seeds}: give distinct seeds, e.g. 1,2,3")
+    return seeds
+
+
+def bisect_options(**given) -> BisectOptions:
+    """:class:`~rlbisect.bisect.options.BisectOptions` from the flags; a value pydantic refuses is one line, exit 2."""
+    try:
+        return BisectOptions(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = f"--{str(err['loc'][0]).replace('_', '-')}: " if err["loc"] else ""
+        raise InputError(f"{flag}{err['msg'].removeprefix('Value error, ')}") from None

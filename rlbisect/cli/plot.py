@@ -1,0 +1,22 @@
+"""``rlbisect plot``: the dashboard of runs written by ``rlbisect train --out``."""
+
+from __future__ import annotations
+
+import typer
+
+from rlbisect.cli.common import output_path
+
+
+def plot_cmd(
+    runs: list[str] = typer.Argument(..., metavar="RUN.jsonl...", help="runs written by `rlbisect train --out`; the first is the healthy reference"),
+    out: str = typer.Option("dashboard.png", "--out", help="PNG to write"),
+    metrics: str = typer.Option(None, "--metrics", help="comma-separated metrics under the reward panel"),
+) -> None:
+    """Draw the dashboard: per run, the training reward on top and the exposing metrics below, the
+    healthy (first) run drawn beside each other run.
+
+    Example: rlbisect plot healthy.jsonl mask_shift.jsonl --metrics logp_gap,grad_norm --out dash.png
+    """
+    from rlbisect.plots import dashboard, load_runs, panels
+    png, chosen = output_path(out, "--out"), panels(metrics)
+    typer.echo(f"wrote {dashboard(load_runs(runs), png, chosen)}")

@@ -1,0 +1,1 @@
+"""Shipped adapters for the frameworks our users train with: ``trl/`` (TRL's GRPOTrainer)."""

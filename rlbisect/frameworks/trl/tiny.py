@@ -1,0 +1,176 @@
+"""A tiny GRPOTrainer built in code (no hub, no network): the trainer `rlbisect.frameworks.trl:demo` checks.
+
+A random-init two-layer Qwen2 over a 20-word vocabulary, prompts "add A B =", a reward for
+answering with the right digit word and one for stopping early (weighted 0.1). It learns nothing in a few steps and needs nothing: the checks
+are identities of the update, which hold (or break) on any policy.
+
+Faults (``bug=``) are monkeypatches on the trainer instance, each the shape of a real TRL-user bug,
+so the tests can show every check failing on the fault it is meant for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORDS = ["<pad>", "<eos>", "add", "=", *[f"d{i}" for i in range(10)], "the", "is", "so", "ok", "no", "yes"]
+GROUP = 4            # completions per prompt
+MAX_NEW = 6          # max completion tokens
+
+# bug name -> what it does (the check meant to catch it, in brackets)
+FAULTS = {
+    "mask_shift": "the loss mask shifted one token right: trains on the token after EOS, skips the first (1)",
+    "adv_sign": "advantages negated after scoring (8)",
+    "old_logp_absent": "no old log-probs in a multi-step batch: the loss falls back to the current ones (7)",
+    "old_logp_detached": "the loss ignores the old log-probs it is given and uses the current ones (7)",
+    "ref_is_policy": "the reference model is the policy itself, not a frozen copy (9)",
+    "accum_unscaled": "the loss is not divided by the gradient accumulation steps (6)",
+    "sampler_temp": "generation samples at temperature 0.7, the trainer scores at 1.0 (2)",
+    "eos_unmasked": "the completion mask drops the EOS token: the policy is never trained to stop (13, 1)",
+    "adv_renorm": "advantages re-whitened per micro-batch inside the loss, after TRL scored them (15)",
+    "reward_weight_ignored": "scoring sums the reward functions unweighted, ignoring reward_weights (16)",
+    "reward_misaligned": "reward functions see the dataset columns one group off their completions (16)",
+}
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="no"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+def _model_dir(seed: int) -> Path:
+    """The tiny policy saved once per process-independent key, so TRL can load its reference from
+    the same path (a policy passed as an instance is re-loaded by name for the reference)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    cfg: dict[str, Any] = dict(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                               tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    key = hashlib.sha256(repr((sorted(cfg.items()), seed)).encode()).hexdigest()[:12]
+    root = Path(os.environ.get("RLBISECT_CACHE") or tempfile.gettempdir())
+    where = root / f"rlbisect-trl-demo-{key}"
+    if not (where / "config.json").is_file():
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(Qwen2Config(**cfg))
+        root.mkdir(parents=True, exist_ok=True)    # RLBISECT_CACHE may name a folder not made yet
+        tmp = Path(tempfile.mkdtemp(dir=root))
+        model.save_pretrained(tmp)
+        _tokenizer().save_pretrained(tmp)
+        try:
+            os.replace(tmp, where)
+        except OSError:     # another process won the race: use its copy
+            pass
+    return where
+
+
+def _dataset(n: int = 48):
+    from datasets import Dataset
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(n):
+        a, b = torch.randint(0, 5, (2,), generator=g).tolist()
+        rows.append({"prompt": f"add d{a} d{b} =", "answer": f"d{a + b}"})
+    return Dataset.from_list(rows)
+
+
+def answer_reward(completions, answer, **kwargs) -> list[float]:
+    """1 for the right digit word first, 0.5 for it anywhere."""
+    out = []
+    for text, want in zip(completions, answer):
+        words = text.split()
+        out.append(1.0 if words[:1] == [want] else 0.5 if want in words else 0.0)
+    return out
+
+
+def brevity_reward(completions, **kwargs) -> list[float]:
+    """1 for stopping early (weighted 0.1: two reward functions, so `reward_weights` matters)."""
+    return [float(len(text.split()) < 3) for text in completions]
+
+
+REWARD_WEIGHTS = [1.0, 0.1]
+
+
+def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "grpo", num_iterations: int = 1,
+                  steps_per_generation: int = 2, gradient_accumulation_steps: int = 2, bf16: bool = False,
+                  lr: float = 1e-3, temperature: float = 1.0, seed: int = 0, output_dir: str | None = None):
+    """A GRPOTrainer as a user would construct one, at these settings."""
+    from trl import GRPOConfig, GRPOTrainer
+    torch.set_num_threads(1)     # 2 threads made a step 30x slower on a 2-core machine
+    if episodes % (GROUP * steps_per_generation):
+        raise ValueError(f"episodes must be a multiple of {GROUP} x steps_per_generation")
+    extra: dict[str, Any] = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
+    args = GRPOConfig(
+        output_dir=output_dir or tempfile.mkdtemp(prefix="rlbisect-trl-"), report_to="none", use_cpu=True,
+        bf16=bf16, per_device_train_batch_size=episodes // steps_per_generation, num_generations=GROUP,
+        steps_per_generation=steps_per_generation, gradient_accumulation_steps=gradient_accumulation_steps,
+        num_iterations=num_iterations, max_completion_length=MAX_NEW, learning_rate=lr, beta=kl_coef or 0.0,
+        loss_type=loss_type, temperature=temperature, seed=seed, logging_steps=1, save_strategy="no",
+        dataloader_num_workers=0, disable_tqdm=True, reward_weights=REWARD_WEIGHTS, **extra)
+    rewards: list[Any] = [answer_reward, brevity_reward]   # TRL's RewardFunc returns list[float | None]
+    return GRPOTrainer(model=str(_model_dir(seed)), reward_funcs=rewards, args=args,
+                       train_dataset=_dataset(), processing_class=_tokenizer())
+
+
+def inject(trainer, bug: str | None) -> None:
+    """Switch one fault on in this trainer instance (TRL's code elsewhere untouched)."""
+    if bug is None:
+        return
+    if bug not in FAULTS:
+        raise ValueError(f"unknown bug {bug!r} (faults: {', '.join(FAULTS)})")
+    if bug in ("mask_shift", "adv_sign", "old_logp_absent", "eos_unmasked"):
+        score = trainer._generate_and_score_completions
+
+        def faulty_score(inputs):
+            out = score(inputs)
+            if bug == "mask_shift":
+                m = out["completion_mask"]
+                out["completion_mask"] = torch.cat([torch.zeros_like(m[:, :1]), m[:, :-1]], 1)
+            elif bug == "eos_unmasked":
+                # EOS treated like padding when the mask is built (torchtune#949, RAGEN#59: the
+                # model is never trained to stop)
+                eos = torch.tensor(list(trainer.eos_token_ids))
+                out["completion_mask"] = out["completion_mask"] * ~torch.isin(out["completion_ids"], eos)
+            elif bug == "adv_sign":
+                out["advantages"] = -out["advantages"]
+            else:
+                out.pop("old_per_token_logps", None)
+            return out
+        trainer._generate_and_score_completions = faulty_score
+    elif bug in ("old_logp_detached", "accum_unscaled", "adv_renorm"):
+        compute = trainer.compute_loss
+
+        def faulty_loss(model, inputs, return_outputs=False, num_items_in_batch=None):
+            if bug == "old_logp_detached":
+                inputs = {k: v for k, v in inputs.items() if k != "old_per_token_logps"}
+            elif bug == "adv_renorm":
+                # a second whitening over the micro-batch on top of GRPO's group normalization
+                # (axon-rl/gem#113, amazon-science/reskill#12: "double normalization")
+                a = inputs["advantages"]
+                inputs = {**inputs, "advantages": (a - a.mean()) / (a.std() + 1e-4)}
+            loss = compute(model, inputs, return_outputs, num_items_in_batch)
+            return loss * trainer.current_gradient_accumulation_steps if bug == "accum_unscaled" else loss
+        trainer.compute_loss = faulty_loss
+    elif bug == "ref_is_policy":
+        trainer.ref_model = trainer.model
+    elif bug == "sampler_temp":
+        trainer.generation_config.temperature = 0.7
+    elif bug == "reward_misaligned":
+        # each completion scored against the next prompt's answer: a column misaligned with the
+        # completions on the way to the reward functions (cf. huggingface/trl#6533, a reward list
+        # silently broadcast over the wrong completions)
+        rewards = trainer._calculate_rewards
+
+        def misaligned(inputs, prompts, completions, completion_ids_list):
+            return rewards(inputs[GROUP:] + inputs[:GROUP], prompts, completions, completion_ids_list)
+        trainer._calculate_rewards = misaligned
+    elif bug == "reward_weight_ignored":
+        # the advantages formed from an unweighted sum of the reward functions (the shape of
+        # huggingface/trl#5352, where TRL's logged reward ignored reward_weights)
+        trainer.reward_weights = torch.ones_like(trainer.reward_weights)

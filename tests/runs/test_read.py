@@ -1,0 +1,90 @@
+"""Reading any trainer's metrics file, renaming its keys, scoring runs, choosing the dashboard."""
+
+import math
+
+import pytest
+
+from rlbisect.errors import InputError
+from rlbisect.runs.judge import dashboard, score, scores
+from rlbisect.runs.read import parse_metric_map, read_rows, rename
+
+
+def test_jsonl_rows_are_flattened_numbers_and_a_torn_last_line_is_ignored(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"step": 0, "train": {"reward": 0.5, "tag": "x"}, "ok": true, "loss": NaN}\n\n'
+                 '{"step": 1, "train": {"reward": 0.7}}\n{"step": 2, "tra')
+    rows = read_rows(f)
+    assert len(rows) == 2 and rows[0]["train/reward"] == 0.5 and rows[0]["ok"] == 1.0
+    assert "train/tag" not in rows[0] and math.isnan(rows[0]["loss"])
+
+
+def test_a_broken_middle_line_or_a_non_object_is_refused_with_its_line(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"a": 1}\nnot json\n{"a": 2}\n')
+    with pytest.raises(InputError, match=r"m.jsonl:2"):
+        read_rows(f)
+    f.write_text('[1, 2]\n')
+    with pytest.raises(InputError, match="a JSON list"):
+        read_rows(f)
+    with pytest.raises(InputError, match="No such file"):
+        read_rows(tmp_path / "absent.jsonl")
+
+
+def test_csv_rows_skip_empty_cells(tmp_path):
+    f = tmp_path / "m.csv"
+    f.write_text("step,reward,eval/acc\n0,0.5,\n1,0.6,0.25\n")
+    assert read_rows(f) == [{"step": 0.0, "reward": 0.5}, {"step": 1.0, "reward": 0.6, "eval/acc": 0.25}]
+
+
+def test_metric_map_from_pairs_and_json_file(tmp_path):
+    assert parse_metric_map(["train/reward=reward, eval/acc=eval_pass", "kl=kl_ref"]) == \
+        {"train/reward": "reward", "eval/acc": "eval_pass", "kl": "kl_ref"}
+    f = tmp_path / "map.json"
+    f.write_text('{"r": "reward"}')
+    assert parse_metric_map([str(f)]) == {"r": "reward"}
+    for bad in (["reward"], ["=x"], [str(tmp_path / "none.json")]):
+        with pytest.raises(InputError):
+            parse_metric_map(bad)
+    assert rename([{"r": 1.0, "x": 2.0}], {"r": "reward"}) == [{"reward": 1.0, "x": 2.0}]
+
+
+def test_score_uses_the_last_window_or_the_last_value_of_a_sparse_metric():
+    rows = [{"reward": r, **({"eval_pass": e} if e is not None else {})}
+            for r, e in [(0.1, 0.2), (0.2, None), (0.3, None), (0.5, 0.4)]]
+    assert score(rows, "reward", 2) == pytest.approx(0.4)
+    assert score(rows, "eval_pass", 2) == pytest.approx(0.3)   # logged on half the rows: a window
+    rows.append({"reward": 0.6})
+    assert score(rows, "eval_pass", 2) == pytest.approx(0.4)   # fewer than half: the last value
+    with pytest.raises(KeyError, match="not in the run"):
+        score(rows, "kl_ref", 2)
+
+
+def test_the_dashboard_leaves_out_counters_and_clocks_and_needs_every_run():
+    runs = [[{"step": 0, "epoch": 0.1, "reward": 1, "step_time": 3, "train/samples_per_second": 9,
+              "grad_norm": 1, "only_here": 1}],
+            [{"step": 0, "epoch": 0.1, "reward": 2, "step_time": 3, "train/samples_per_second": 9,
+              "grad_norm": 2}]]
+    assert dashboard(runs) == ["reward", "grad_norm"]
+    assert dashboard(runs, ["step"]) == ["step"]   # asked for: kept
+    assert scores({0: runs[0], 1: runs[1]}, ["reward", "only_here"], 1) == {"reward": [1.0, 2.0]}
+
+
+def test_tensorboard_scalars_become_rows_by_step(tmp_path):
+    pytest.importorskip("tensorboard")   # .ci/run installs the [tensorboard] extra
+    from torch.utils.tensorboard import SummaryWriter
+    w = SummaryWriter(str(tmp_path / "tb"))
+    for step in range(3):
+        w.add_scalar("train/reward", 0.5 + step, step)
+        if step % 2 == 0:
+            w.add_scalar("eval/acc", 0.25 * step, step)
+    w.add_text("note", "not a metric", 1)
+    w.close()
+    rows = read_rows(tmp_path / "tb")
+    assert rows == [{"step": 0.0, "train/reward": 0.5, "eval/acc": 0.0}, {"step": 1.0, "train/reward": 1.5},
+                    {"step": 2.0, "train/reward": 2.5, "eval/acc": 0.5}]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no events.out.tfevents"):
+        read_rows(tmp_path / "empty")
+    bad = tmp_path / "events.out.tfevents.1.bad"
+    bad.write_bytes(b"\x00" * 40)
+    assert read_rows(bad) == []   # TensorBoard's loader skips what it cannot read: no rows, no guess
