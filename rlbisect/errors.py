@@ -133,6 +133,14 @@ class Interrupted(RlbisectError):
         self.exit_code = ExitCode.INTERRUPTED + signum
 
 
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters (escape sequences included) shown as
+    ``\\x1b``-style escapes, newlines and tabs kept. For strings read from files a user did not
+    write themselves: snapshots, metric files."""
+    return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
 def describe(error: BaseException) -> str:
     """An exception as one short line: its type and first line, or for a pydantic validation
     error the first field it refused and why."""

@@ -119,14 +119,15 @@ def matrix_heatmap(matrix: dict[str, dict], path: str | Path) -> Path:
 
 
 def seed_spread(panels: list[tuple[str, str, list[float], list[float], bool]], path: str | Path,
-                labels: tuple[str, str] = ("GOOD", "probe"), cols: int = 3) -> Path:
+                labels: tuple[str, str] = ("GOOD", "probe"), cols: int = 3, share_rows: bool = False) -> Path:
     """One panel per (title, metric, GOOD's per-seed scores, the other side's, moved?): each
-    seed a dot, each side's mean a bar, so a move beyond GOOD's spread is seen at a glance.
-    Panels in one row share their y axis (with ``cols=2``: one metric, two commits)."""
+    seed a dot, each side's mean a bar, so a move beyond GOOD's spread is seen at a glance. Each
+    metric has its own y axis; ``share_rows`` shares it along a row that shows one metric (two
+    commits side by side)."""
     cols = min(cols, max(1, len(panels)))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False,
-                             sharey="row")
+                             sharey="row" if share_rows else False)
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     for ax, (title, metric, good, other, moved) in zip(axes.flat, panels):

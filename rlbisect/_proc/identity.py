@@ -50,9 +50,9 @@ def isolated_interpreter() -> dict:
 
 def _comparable(env: dict[str, str]) -> dict[str, str]:
     """The variables that could change what a server's imports did: not the shell's bookkeeping,
-    not git's (rlbisect sets those per probe; GitPython's own excepted)."""
+    not git's (rlbisect scrubs those per probe, rlbisect.git.repo.scrubbed)."""
     return {k: v for k, v in env.items() if k not in VOLATILE
-            and not (k.startswith("GIT_") and not k.startswith("GIT_PYTHON_"))}
+            and not k.startswith("GIT_")}
 
 
 def mismatch(mine: dict, my_env: dict[str, str], theirs: dict, their_env: dict[str, str]) -> str | None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:   # the names' real types, for the type checker only
     from rlbisect.bisect.strategies import make_strategy as make_strategy
 
 # name -> module: imported on first use, so `rlbisect --help` and a cached re-run do not pay
-# for numpy, GitPython and every predicate
+# for numpy and every predicate
 _EXPORTS = {"bisect": "driver", "make_strategy": "strategies", "BisectOptions": "options",
             "BisectResult": "report", "ProbeRecord": "report", "Progress": "report",
             "Predicate": "predicates", "PredicateError": "predicates", "Probe": "predicates",

@@ -23,11 +23,23 @@ def _score(a: float, b: float) -> tuple[float, float]:
     return (diff / max(abs(a) + abs(b), NOISE) if diff else 0.0), diff
 
 
-def compare(parent: dict[str, float], first_bad: dict[str, float]) -> list[dict]:
-    """Rows {name, parent, first_bad, change} for every value measured on both, biggest movers first."""
+def _number(value: object) -> float | None:
+    """A measured value, or None where there is none (a check n/a at that commit)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def compare(parent: dict, first_bad: dict) -> list[dict]:
+    """Rows {name, parent, first_bad, change} for every value either side measured, biggest movers
+    first; a value one side lacks (n/a) is None, and a check that became n/a (or stopped being n/a)
+    counts as a full move."""
     rows: list[dict[str, Any]] = []
-    for name in [k for k in first_bad if k in parent]:
-        a, b = float(parent[name]), float(first_bad[name])
+    for name in [*first_bad, *(k for k in parent if k not in first_bad)]:
+        a, b = _number(parent.get(name)), _number(first_bad.get(name))
+        if a is None or b is None:
+            if a is not None or b is not None:
+                rows.append({"name": name, "parent": a, "first_bad": b, "change": None, "relative": 1.0,
+                             "_abs": math.inf})
+            continue
         rel, diff = _score(a, b)
         rows.append({"name": name, "parent": a, "first_bad": b, "change": b - a, "relative": rel, "_abs": diff})
     rows.sort(key=lambda r: (-r["relative"], -r["_abs"]))
@@ -44,8 +56,12 @@ def render(diagnosis: dict, limit: int = 12) -> str:
     lines = [f"diagnose: {diagnosis['parent'][:10]} (parent, {diagnosis['parent_verdict']}) -> "
              f"{diagnosis['first_bad'][:10]} (first bad, {diagnosis['first_bad_verdict']})",
              f"  {'value':<{w}} {'parent':>11} {'first bad':>11} {'change':>11}"]
+
+    def cell(x: float | None, fmt: str) -> str:
+        return f"{'n/a':>11}" if x is None else format(x, fmt)
     for r in diagnosis["rows"][:limit]:
-        lines.append(f"  {r['name']:<{w}} {r['parent']:11.4g} {r['first_bad']:11.4g} {r['change']:+11.3g}")
+        lines.append(f"  {r['name']:<{w}} {cell(r['parent'], '11.4g')} {cell(r['first_bad'], '11.4g')} "
+                     f"{cell(r['change'], '+11.3g')}")
     if len(diagnosis["rows"]) > limit:
         lines.append(f"  ... {len(diagnosis['rows']) - limit} more in the JSON (diagnosis)")
     return "\n".join(lines)

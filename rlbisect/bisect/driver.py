@@ -17,30 +17,27 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future
-from concurrent.futures import wait as wait_futures
-from functools import partial
 from pathlib import Path
 
-from rlbisect.bisect.cache import ProbeCache, flaky_identity
-from rlbisect.bisect.diagnose import compare
-from rlbisect.bisect.executors import Checkout, Executor, NodeOnly, make_executor
+from rlbisect.bisect.cache import flaky_identity, identity
+from rlbisect.bisect.executors import Executor, NodeOnly, make_executor
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates import Predicate, Probe
-from rlbisect.bisect.predicates.command import judged_on_good
-from rlbisect.bisect.report import BisectResult, ProbeRecord, Progress
+from rlbisect.bisect.probing import Prober
+from rlbisect.bisect.report import BisectResult, Progress
 from rlbisect._proc.client import close_private
 from rlbisect._proc.signals import SignalTrap, Stopped
 from rlbisect.bisect.strategies import Strategy, make_strategy
-from rlbisect.errors import Cause, GitError, Interrupted, Status, Verdict
+from rlbisect.errors import Cause, GitError, Interrupted, Status, Verdict, describe
 from rlbisect.git.repo import Repo
 from rlbisect.git.sandbox import Sandbox, Step
 
 
-def bisect(repo: str | Path, range_spec: str, predicate: Predicate,
+def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
            options: BisectOptions | None = None, *, strategy: Strategy | None = None,
            executor: Executor | None = None, progress: Progress | None = None) -> BisectResult:
-    """Bisect ``GOOD..BAD`` in ``repo`` with ``predicate``; the repository is only read.
+    """Bisect ``GOOD..BAD`` in ``repo`` (None: the one ``GIT_DIR`` names, else the current
+    folder's) with ``predicate``; the repository is only read.
 
     Raises :class:`~rlbisect.errors.InputError` for bad input (nothing ran) and
     :class:`~rlbisect.errors.Interrupted` (with the partial result) after cleanup on a signal.
@@ -80,11 +77,10 @@ class _Run:
                  trap: SignalTrap, progress: Progress):
         self.user, self.sandbox, self.predicate, self.strategy = user, sandbox, predicate, strategy
         self.executor, self.options, self.result, self.trap = executor, options, result, trap
-        self.progress = progress
-        self.cache = ProbeCache.for_git_dir(user.common_dir, options.use_cache)
-        self.first_run = True   # git checks a 126/127 on GOOD at its first run only
         self.good_lock = threading.Lock()
         self.good_tree: Path | None = None
+        self.prober = Prober(user, sandbox, predicate, executor, options, result, trap, progress,
+                             strategy.recall)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -92,7 +88,7 @@ class _Run:
         res, strategy = self.result, self.strategy
         strategy.start(res.history, res.good, res.bad, res.first_parent)
         self._setup_predicate()
-        res.predicate = self.identity = self.predicate.identity()
+        res.predicate = self.prober.identity = identity(self.predicate)
         ended = "found"      # how the search ended, for the strategy's report
         try:
             step = self.sandbox.bisect_start(res.good, res.bad, res.first_parent)
@@ -121,7 +117,7 @@ class _Run:
         res, strategy = self.result, self.strategy
         while picks := strategy.plan(step):
             self.trap.check()
-            done = self._round(picks)
+            done = self.prober.round(picks)
             self.trap.check()   # an interrupted round is neither marked nor concluded
             aborted = next(((c, p) for c, p in done if p.verdict is Verdict.ABORT), None)
             if aborted is not None:
@@ -162,8 +158,19 @@ class _Run:
         codes = {p.values.get("exit_code") for p in res.probes}
         if res.status is Status.GOOD_FAILS and len(codes) == 1 and None not in codes:
             res.message += f" (exit {codes.pop():g} at every commit probed)"
-        if res.status is Status.FOUND and self.options.diagnose is not False and strategy.recall:
-            self._diagnose()
+        if res.status is not Status.FOUND or not strategy.recall or res.first_bad is None:
+            return
+        parent = next(iter(dict(res.history).get(res.first_bad) or ()), None)
+        if parent is not None and (doubt := self.prober.verify(res.first_bad, parent)) is not None:
+            res.status, res.candidates, res.first_bad, res.message = Status.UNSURE, [res.first_bad], None, doubt
+            return
+        if self.options.diagnose is not False:
+            try:
+                res.diagnosis = self.prober.diagnose(res.first_bad, parent)
+            except Stopped:
+                raise
+            except Exception as e:     # the answer is found: an extra never loses it
+                res.diagnosis = {"error": describe(e)}
 
     def _setup_predicate(self) -> None:
         """A predicate that compares against GOOD gets GOOD's id and a way to check it out
@@ -183,116 +190,9 @@ class _Run:
     def _replay_recorded_runs(self) -> None:
         """Earlier ``--flaky`` runs of this predicate on the range's trees are evidence too."""
         trees = {self.result.commits[sha].tree: sha for sha, _ in reversed(self.result.history)}
-        for row in self.cache.runs(flaky_identity(self.identity), set(trees)):
+        for row in self.prober.cache.runs(flaky_identity(self.prober.identity), set(trees)):
             sha = row["commit"] if row.get("commit") in self.result.commits else trees[row["tree"]]
             probe = Probe(Verdict(row["verdict"]), dict(row.get("values", {})), row.get("reason", ""),
                           float(row.get("seconds", 0.0)), output=row.get("output", ""))
-            self._record(sha, probe, True, 0.0)
+            self.prober.record(sha, probe, True, 0.0, recorded=row.get("recorded", ""))
             self.strategy.replay([(sha, probe.verdict)])
-
-    # -- one round --------------------------------------------------------------------------
-
-    def _round(self, picks: list[str]) -> list[tuple[str, Probe]]:
-        """Probe ``picks`` (recalling what the cache knows); record and return the outcomes."""
-        recalled = {c: self.cache.get(self._tree(c), self.identity) for c in picks} \
-            if self.strategy.recall else {}
-        known = [(c, p) for c in picks if (p := recalled.get(c)) is not None]
-        if known:   # no slot for what the cache knows: mark it, then plan again
-            for c, p in known:
-                self._record(c, p, True, 0.0)
-            return known
-        self.result.rounds += 1
-        left = len(self.strategy.candidates())
-        self.progress.status(f"round {self.result.rounds}: probing "
-                             f"{' '.join(c[:10] for c in picks)}"
-                             + (f" ({left} candidates left)" if left else ""))
-        fresh = self._execute(picks)
-        if self.first_run:
-            self.first_run = False
-            fresh.update(self._check_exit_codes(fresh))
-        out = []
-        for c, (probe, overhead) in fresh.items():
-            self._record(c, probe, False, overhead)
-            out.append((c, probe))
-        return out
-
-    def _execute(self, commits: list[str], store: bool = True) -> dict[str, tuple[Probe, float]]:
-        """Run the predicate on ``commits`` at once -> {commit: (probe, our overhead)}."""
-        t0, out, futures = time.perf_counter(), {}, {}
-        try:
-            for slot, c in enumerate(commits):
-                co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,
-                              local=partial(self.sandbox.checkout, c, f"probe{slot}"))
-                futures[self.executor.submit(c, co, self.predicate, self.options.timeout)] = c
-            pending: set[Future] = set(futures)
-            while pending:
-                done, pending = wait_futures(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-                for f in done:
-                    c, probe = futures[f], f.result()
-                    out[c] = (probe, max(0.0, time.perf_counter() - t0 - probe.seconds))
-                    if store and not (self.first_run and probe.confirm_on_good):
-                        self._store(c, probe)
-                self.trap.check()
-        finally:
-            if pending := {f for f in futures if not f.done()}:
-                self.executor.stop(pending)   # a signal or an error: end them before cleanup
-        return {c: out[c] for c in commits}
-
-    def _check_exit_codes(self, fresh: dict) -> dict[str, tuple[Probe, float]]:
-        """git's check at its first run: a 126/127 that GOOD gives too means the command cannot
-        run at all, so those bad verdicts become an abort. GOOD's run is kept as evidence."""
-        suspects = [c for c, (p, _) in fresh.items() if p.confirm_on_good and p.verdict == "bad"]
-        extra: dict[str, tuple[Probe, float]] = {}
-        if suspects and self.result.good not in fresh:
-            extra = self._execute([self.result.good], store=False)
-            for c in suspects:
-                fresh[c] = (judged_on_good(fresh[c][0], extra[self.result.good][0]), fresh[c][1])
-        for c, (p, _) in {**fresh, **extra}.items():
-            if p.confirm_on_good:
-                self._store(c, p)
-        return extra
-
-    # -- bookkeeping ------------------------------------------------------------------------
-
-    def _tree(self, sha: str) -> str:
-        if sha not in self.result.commits:
-            self.result.commits[sha] = self.user.info(sha)
-        return self.result.commits[sha].tree
-
-    def _store(self, commit: str, probe: Probe) -> None:
-        if self.strategy.recall:
-            self.cache.put(self._tree(commit), commit, self.identity, probe)
-        else:   # every run of a noisy predicate is evidence, appended under its own identity
-            self.cache.put(self._tree(commit), commit, flaky_identity(self.identity), probe)
-
-    def _record(self, commit: str, probe: Probe, cached: bool, overhead: float) -> None:
-        res = self.result
-        role = {res.good: "GOOD", res.bad: "BAD"}.get(commit, "")
-        rec = ProbeRecord(len(res.probes) + 1, commit, probe.verdict, probe.seconds, probe.values,
-                          probe.reason, cached, res.commits[commit].subject, self._tree(commit),
-                          overhead, probe.output, res.rounds, role, probe.detail, probe.cause)
-        res.probes.append(rec)
-        self.progress.probe(rec)
-
-    def _diagnose(self) -> None:
-        """Values at the first bad commit and its first parent (probed, uncounted, if need be)."""
-        res = self.result
-        parents = dict(res.history).get(res.first_bad or "") or ()
-        known = {p.commit: p for p in res.probes if p.verdict in ("good", "bad")}
-        bad_probe = known.get(res.first_bad or "")
-        if not parents or (bad_probe is not None and set(bad_probe.values) <= {"exit_code"}):
-            return   # an exit code says nothing more: not worth another (maybe hour-long) run
-
-        def measured(sha: str) -> tuple[dict, str]:
-            if sha in known:
-                return known[sha].values, known[sha].verdict
-            probe = self.cache.get(self._tree(sha), self.identity)
-            if probe is None:
-                self.trap.check()
-                self.progress.status(f"diagnose: probing {sha[:10]} {res.commits[sha].subject}")
-                probe = self._execute([sha])[sha][0]
-            return probe.values, probe.verdict
-        parent = parents[0]
-        (pv, pverdict), (bv, bverdict) = measured(parent), measured(res.first_bad or "")
-        res.diagnosis = {"parent": parent, "parent_verdict": pverdict, "first_bad": res.first_bad,
-                         "first_bad_verdict": bverdict, "rows": compare(pv, bv)}

@@ -33,6 +33,10 @@ class BisectOptions(BaseModel):
                                   "first bad commit and its parent, probing the parent if the bisect "
                                   "did not (default: on, but not with --flaky: one run of a noisy "
                                   "predicate would mislead)")
+    verify: int | None = Field(None, ge=0, description="before answering, run the first bad commit and "
+                               "its parent this many more times each; any run that disagrees ends "
+                               "with no culprit, exit 3 (default: 1 when the median probe took under "
+                               "10 s, else 0)")
     jobs: int = Field(1, ge=1, description="commits probed at once, each in its own checkout "
                       "(k-ary search: about log_(J+1) N rounds)")
     executor: Literal["local", "ray"] = Field("local", description="where probes run: this "
@@ -54,6 +58,8 @@ class BisectOptions(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "BisectOptions":
+        if self.flaky and self.verify:
+            raise ValueError("--verify is for a deterministic predicate; --flaky repeats runs itself")
         if not self.flaky:
             for name in ("confidence", "max_runs"):
                 if getattr(self, name) is not None:

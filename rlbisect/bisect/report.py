@@ -13,6 +13,7 @@ first) and, with ``--flaky``, ``posterior`` (``p`` per commit), ``rates``,
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ class ProbeRecord:
     role: str = ""              # "GOOD" / "BAD" when an endpoint was checked, else ""
     detail: dict = field(default_factory=dict)   # structured evidence (short-run: per-seed values)
     cause: Cause | None = None   # why, as data (errors.Cause)
+    recorded: str = ""          # cached: when the verdict was recorded
 
 
 @dataclass
@@ -84,13 +86,14 @@ class BisectResult:
             "exit_code": self.exit_code, "message": self.message,
             "first_bad": self.first_bad if self.status == "found" else None,
             "candidates": self.candidates, "strategy": self.strategy,
-            "predicate": self.predicate, "first_parent": self.first_parent,
-            "n_probes": len(self.probes), "n_rounds": self.rounds,
+            "predicate": _object(self.predicate), "first_parent": self.first_parent,
+            "n_probes": sum(p.role != "verify" for p in self.probes), "n_rounds": self.rounds,
+            "n_verify": sum(p.role == "verify" for p in self.probes),
             "probes": [{"commit": p.commit, "verdict": p.verdict, "cause": p.cause,
                         "seconds": round(p.seconds, 4),
                         "values": p.values, "reason": p.reason, "cached": p.cached,
                         "subject": p.subject, "tree": p.tree, "overhead": round(p.overhead, 4),
-                        "round": p.round, "role": p.role, "output": p.output,
+                        "round": p.round, "role": p.role, "output": p.output, "recorded": p.recorded or None,
                         "evidence": p.detail}
                        for p in self.probes],
             "bisect_log": self.bisect_log, "diagnosis": self.diagnosis, **self.extra,
@@ -166,15 +169,22 @@ class BisectResult:
         lines += self._endpoint_lines()
         if self.diagnosis.get("rows"):
             lines.append(render_diagnosis(self.diagnosis))
-        cached = sum(p.cached for p in self.probes)
+        if self.diagnosis.get("error"):
+            lines.append(f"diagnose could not run: {self.diagnosis['error']}")
+        cached = [p for p in self.probes if p.cached]
+        when = sorted(p.recorded[:16].replace("T", " ") for p in cached if p.recorded)
+        recorded = f" {when[0]}" + (f" to {when[-1]}" if when[-1] != when[0] else "") if when else ""
         if "n_runs" in self.extra:   # --flaky: runs, and those recorded by earlier bisects
             lines.append(f"{self.extra['n_runs']} predicate runs"
-                         + (f" (+{cached} recorded)" if cached else "")
+                         + (f" (+{len(cached)} recorded{recorded})" if cached else "")
                          + f" in {self.total_seconds:.1f}s")
         else:
             rounds = f" in {self.rounds} rounds" if self.strategy == "k-ary" else ""
-            lines.append(f"{len(self.probes)} probes ({cached} cached){rounds} in "
-                         f"{self.total_seconds:.1f}s")
+            checks = sum(p.role == "verify" for p in self.probes)
+            lines.append(f"{len(self.probes) - checks} probes ({len(cached)} cached"
+                         + (f", recorded{recorded}" if recorded else "") + f"){rounds}"
+                         + (f" and {checks} verification runs" if checks else "")
+                         + f" in {self.total_seconds:.1f}s")
         return "\n".join(lines)
 
     def markdown(self, plot: Path | None = None) -> str:
@@ -221,6 +231,14 @@ class BisectResult:
         out += ["", "## git bisect log", "", "Replay with `git bisect replay FILE`.", "", "```",
                 self.bisect_log.rstrip(), "```", ""]
         return "\n".join(out)
+
+
+def _object(identity: str) -> Any:
+    """The predicate's identity as the JSON object it is (a string only if it is not JSON)."""
+    try:
+        return json.loads(identity)
+    except ValueError:
+        return identity
 
 
 class Progress:

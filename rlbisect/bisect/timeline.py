@@ -92,4 +92,5 @@ def bisect_evidence(result: BisectResult, path: str | Path) -> Path | None:
             t = next((t for t in (probe.detail.get("metrics", []) if probe else []) if t["metric"] == name), None)
             if t is not None and probe is not None:
                 shown.append((f"{title} {probe.commit[:7]}", name, t["good"], t["probe"], t["decides"]))
-    return seed_spread(shown, path, labels=("GOOD", "commit"), cols=2 if parent else 1)
+    return seed_spread(shown, path, labels=("GOOD", "commit"), cols=2 if parent else 1,
+                       share_rows=parent is not None)

@@ -219,9 +219,10 @@ def _import_target(spec: str):
     return factory
 
 
-def load_adapter(spec: str, **options) -> TrainerAdapter:
+def load_adapter(spec: str, require: Sequence[str] = REQUIRED, **options) -> Any:
     """Build an adapter from `MODULE:FACTORY`, `FILE.py:FACTORY` or a name registered in
-    :data:`ADAPTERS`, passing the options it accepts.
+    :data:`ADAPTERS`, passing the options it accepts; it must have the methods in ``require``
+    (the checks' probe points by default; ``("replay",)`` is all ``rlbisect replay`` needs).
 
     An option the factory does not accept is an error when it was set (not None): silently
     ignoring `--bug` would check the wrong thing.
@@ -239,7 +240,7 @@ def load_adapter(spec: str, **options) -> TrainerAdapter:
         adapter = factory(**kwargs)
     except Exception as e:
         raise AdapterError(f"{spec} failed: {type(e).__name__}: {e}".splitlines()[0]) from None
-    missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
+    missing = [m for m in require if not callable(getattr(adapter, m, None))]
     if missing:
         raise AdapterError(f"{spec} returned an adapter without {', '.join(missing)}")
     return adapter

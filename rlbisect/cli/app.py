@@ -52,6 +52,19 @@ for _name, (_fn, _settings) in COMMANDS.items():
     app.command(_name, **_settings)(_one_line_errors(_name, _fn))
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from rlbisect import __version__
+        typer.echo(f"rlbisect {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                          help="print rlbisect's version and exit")) -> None:
+    """Regression hunting for RL training code: invariants, bisect, replayable steps."""
+
+
 def main() -> None:
     """Console entry point: usage errors become one line on stderr and exit 2 (no usage box)."""
     from rlbisect._proc.startup import exit_now

@@ -55,6 +55,9 @@ def check_cmd(
 
     if spec == DEFAULT_ADAPTER and (note := first_use_note()):
         typer.echo(note, err=True)
+    if adapter is None and not as_json:     # in a user's repository this is not their trainer
+        typer.echo("checking TinyAgent, rlbisect's embedded example trainer (give --adapter "
+                   "MODULE:FACTORY or FILE.py:FACTORY to check yours)", err=True)
 
     def make(fault, probe_seed):
         return load_adapter(spec, episodes=episodes, seed=probe_seed, kl_coef=kl_coef, bug=fault, **opts)

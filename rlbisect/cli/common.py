@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import overload
 
@@ -23,7 +24,9 @@ def output_path(path: str | None, flag: str) -> Path | None: ...
 
 
 def output_path(path: str | None, flag: str) -> Path | None:
-    """A file we will write: its folder must exist now, before any work (a typo costs nothing)."""
+    """A file we will write: it must be writable now, before any work (a typo costs nothing).
+    An existing file is opened for appending, which writes nothing but fails where a write
+    would (``/proc/version``, a read-only file); a new one must have a writable folder."""
     if path is None:
         return None
     p = Path(path).expanduser()
@@ -31,6 +34,14 @@ def output_path(path: str | None, flag: str) -> Path | None:
         raise InputError(f"{flag} {path}: is a directory, give a file name")
     if not p.parent.is_dir():
         raise InputError(f"{flag} {path}: folder {p.parent} does not exist")
+    try:
+        if p.exists():
+            with open(p, "a"):
+                pass
+        elif not os.access(p.parent, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot write it ({e.strerror or e})") from None
     return p
 
 

@@ -28,7 +28,7 @@ def run_cmd(
     range_spec: str = typer.Argument(..., metavar="GOOD..BAD", help="known-good and known-bad revisions"),
     command_: list[str] = typer.Argument(None, metavar="[-- CMD ARGS...]",
                                          help="predicate command, run in each probe's private checkout"),
-    repo: str = typer.Option(".", "--repo", help="the git repository (default: current directory)"),
+    repo: str = typer.Option(None, "--repo", help="the git repository (default: the one GIT_DIR names, else the current folder's)"),
     predicate: str = typer.Option(None, "--predicate", help="predicate NAME[:ARG] (default: the command after --, else invariants)"),
     adapter: str = typer.Option(None, "--adapter", help="invariants: " + doc(I, "adapter")),
     probe_seeds: str = typer.Option(None, "--probe-seeds", help="invariants: " + doc(I, "probe_seeds")),
@@ -48,6 +48,7 @@ def run_cmd(
     first_parent: bool = typer.Option(False, "--first-parent", help=doc(B, "first_parent")),
     timeout: float = typer.Option(None, "--timeout", help=doc(B, "timeout")),
     confirm_endpoints: bool = typer.Option(False, "--confirm-endpoints", help=doc(B, "confirm_endpoints")),
+    verify: int = typer.Option(None, "--verify", help=doc(B, "verify")),
     jobs: int = typer.Option(1, "--jobs", "-j", help=doc(B, "jobs") + ", e.g. --jobs 4"),
     executor: str = typer.Option("local", "--executor", help=doc(B, "executor") + " (pip install "
                                  "'rlbisect[ray]'), e.g. --executor ray --jobs 8"),
@@ -70,9 +71,10 @@ def run_cmd(
     aborts. It runs in a checkout of each commit, not in your folder.
 
     No verdict without evidence: if the answer rests on GOOD or BAD and no probe vouched for it,
-    that endpoint is probed too. Exit 0 found; 3 no answer (only skipped commits left, or --flaky
-    not sure); 5 BAD passes the predicate; 6 GOOD fails it; 4 the predicate aborted; 2 bad input;
-    130/143 interrupted.
+    that endpoint is probed too, and with a quick predicate the answer's two commits are run once
+    more (--verify). Exit 0 found; 3 no answer (only skipped commits left, --verify saw them answer
+    differently, or --flaky not sure); 5 BAD passes the predicate; 6 GOOD fails it; 4 the
+    predicate aborted; 2 bad input; 130/143 interrupted.
 
     Verdicts are cached by tree in .git/rlbisect/ (the one place rlbisect writes in your repository).
 
@@ -91,7 +93,7 @@ def run_cmd(
     from rlbisect.bisect.timeline import bisect_evidence, bisect_timeline
     from rlbisect.tinyagent import first_use_note
     options = bisect_options(first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
-                             confirm_endpoints=confirm_endpoints, jobs=jobs, executor=executor,
+                             confirm_endpoints=confirm_endpoints, verify=verify, jobs=jobs, executor=executor,
                              ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
                              flaky=flaky, confidence=confidence, max_runs=max_runs)
     outputs = {flag: output_path(p, flag) for flag, p in

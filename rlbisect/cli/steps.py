@@ -24,7 +24,7 @@ def replay_cmd(
     path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
     bug: str = typer.Option(None, "--bug", help="replay with this code fault instead of the recorded one ('none': no fault)"),
     at: str = typer.Option(None, "--at", help="replay with this commit's trainer code (checked out privately)"),
-    repo: str = typer.Option(".", "--repo", help="the git repository --at refers to"),
+    repo: str = typer.Option(None, "--repo", help="the git repository --at refers to (default: the one GIT_DIR names, else the current folder's)"),
     tolerance: float = typer.Option(0.0, "--tolerance", min=0, help="allowed |diff| per statistic: X * (1 + |recorded|); 0 = bit-exact"),
     timeout: float = typer.Option(None, "--timeout", min=0.001, help="seconds allowed for a replay with --at"),
     as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON"),

@@ -9,14 +9,13 @@ rate held at ``alpha`` over all of them; or one ``metric`` in one ``direction``.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbisect.errors import ExitCode, InputError
 from rlbisect.runs.judge import Question, dashboard, judge
 from rlbisect.runs.read import read_rows, rename
-from rlbisect.runs.stats import Decision, Direction, Rule
+from rlbisect.runs.stats import Decision, Direction, Rule, mean_sd
 
 
 @dataclass
@@ -25,8 +24,9 @@ class Comparison:
     good: list[str]              # the files, in order
     runs: list[str]
     skipped: list[str]           # metrics left out (not finite in GOOD's runs)
-    nonfinite: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
-    #: ^ metric -> (GOOD's scores, the runs'): finite at GOOD, not in the runs (a regression)
+    nonfinite: dict[str, tuple[list[float], list[float], str]] = field(default_factory=dict)
+    #: ^ metric -> (GOOD's scores, the runs', how): finite at GOOD, not in the runs (a regression)
+    bookkeeping: dict[str, str] = field(default_factory=dict)   # metric -> why it was not judged
 
     @property
     def verdict(self) -> str:
@@ -38,7 +38,8 @@ class Comparison:
 
     def verdict_line(self) -> str:
         if self.nonfinite:
-            return f"not finite in the runs while finite at GOOD: {', '.join(self.nonfinite)}"
+            return "not a finite number in the runs while finite at GOOD: " + "; ".join(
+                f"{m} ({how})" for m, (_, _, how) in self.nonfinite.items())
         d = self.decision
         assert d is not None
         n = len(d.tests)
@@ -53,13 +54,13 @@ class Comparison:
     def table(self) -> str:
         """Every metric, most-moved first: means, spreads, the move and its p."""
         def ms(xs: list[float]) -> str:
-            sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-            return f"{statistics.fmean(xs):.4g} ± {sd:.2g}"
+            mean, sd = mean_sd(xs)
+            return f"{mean:.4g} ± {sd:.2g}"
         tests = self.decision.tests if self.decision else []
         width = max([len(t.metric) for t in tests] + [len(m) for m in self.nonfinite] + [6])
         lines = [f"{'metric':<{width}}  {'GOOD (n=%d)' % len(self.good):>18}  "
                  f"{'runs (n=%d)' % len(self.runs):>18}  {'moved':>9}  {'spreads':>7}  {'p':>8}"]
-        for m, (good, runs) in self.nonfinite.items():
+        for m, (good, runs, _) in self.nonfinite.items():
             lines.append(f"{m:<{width}}  {ms(good):>18}  {ms(runs):>18}  {'':>9}  {'':>7}  {'':>8}"
                          "  <- not finite")
         for t in tests:
@@ -69,6 +70,9 @@ class Comparison:
                          f"  {spreads:>7}  {t.p:>8.2g}{mark}")
         if self.skipped:
             lines.append(f"not compared (not finite in GOOD's runs): {', '.join(self.skipped)}")
+        if self.bookkeeping:
+            lines.append("not compared (bookkeeping, name it with --metric to judge it): "
+                         + "; ".join(f"{m}: {why}" for m, why in self.bookkeeping.items()))
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -77,8 +81,9 @@ class Comparison:
         return {"verdict": self.verdict, "exit_code": self.exit_code,
                 "threshold": d.threshold if d else None,
                 "good": self.good, "runs": self.runs, "skipped": self.skipped,
-                "nonfinite": [{"metric": m, "good": g, "runs": [x if math.isfinite(x) else str(x) for x in r]}
-                              for m, (g, r) in self.nonfinite.items()],
+                "nonfinite": [{"metric": m, "good": g, "runs": [x if math.isfinite(x) else str(x) for x in r],
+                               "how": how} for m, (g, r, how) in self.nonfinite.items()],
+                "bookkeeping": self.bookkeeping,
                 "metrics": [{"metric": t.metric, "good": t.good, "runs": t.probe, "p": t.p,
                              "moved": t.moved, "direction": t.direction,
                              "spreads": t.spreads if math.isfinite(t.spreads) else None,
@@ -122,7 +127,7 @@ def compare(good: list[str], runs: list[str], *, metric: str | None = None,
         raise InputError("no metric is logged (finite) by both groups of runs: nothing to compare "
                          f"(GOOD's: {', '.join(j.good) or 'none'}; the others': {', '.join(j.other) or 'none'})")
     return Comparison(j.decision, list(good), list(runs), j.left_out,
-                      {m: (j.good[m], j.other[m]) for m in j.went_nonfinite})
+                      {m: (j.good[m], j.other[m], how) for m, how in j.went_nonfinite.items()}, j.bookkeeping)
 
 
 def evidence_plot(comparison: Comparison, path: str | Path) -> Path:
@@ -130,7 +135,7 @@ def evidence_plot(comparison: Comparison, path: str | Path) -> Path:
     from rlbisect.plots import seed_spread
     d = comparison.decision
     shown = [("", m, g, [x if math.isfinite(x) else math.nan for x in r], True)
-             for m, (g, r) in comparison.nonfinite.items()]
+             for m, (g, r, _) in comparison.nonfinite.items()]
     if d is not None:
         shown += [("", t.metric, t.good, t.probe, t in d.deciding) for t in d.deciding[:6] or d.tests[:4]]
     return seed_spread(shown, path, labels=("GOOD", "runs"))

@@ -5,14 +5,20 @@ A run is a list of metric rows (:mod:`rlbisect.runs.read`). Each run is scored p
 (:func:`score`); the scores of the runs at GOOD and at the other side go to the sequential
 :class:`~rlbisect.runs.stats.Rule`:
 
-* by default the whole dashboard: every metric both sides log (step counters and wall-clock
-  keys left out), any change beyond the spread is a behaviour change, the false-alarm rate held
-  over all of them;
-* or one named metric, in the direction that counts as a regression.
+* by default the whole dashboard: every metric both sides log except bookkeeping, any change
+  beyond the spread is a behaviour change, the false-alarm rate held over all of them;
+* or one named metric (or a list), in the direction that counts as a regression; a named metric
+  is judged even when it looks like bookkeeping.
 
-A metric that is finite in every one of GOOD's runs and non-finite in any of the others is a
-regression by itself (the Rule is not asked); one that is already non-finite at GOOD is left out,
-said so.
+Bookkeeping is never judged unless named, because it moves with the machine or the seed, not with
+the code: known by name (:func:`bookkeeping`: step counters, anything time-like, throughput, seeds,
+``summary/``, ``config/``, ``args/``, ``hparams/``, ``system/`` and ``_``-prefixed keys) and by
+behaviour (:func:`by_behaviour`: a value equal to its run's seed in every row, clock-like values,
+one constant value in every row of every run on both sides).
+
+A metric that is finite in every one of GOOD's runs and non-finite or not a number in any of the
+others is a regression by itself (the Rule is not asked, :func:`what_went_wrong` says how); one
+that is already non-finite at GOOD is left out, said so.
 """
 
 from __future__ import annotations
@@ -27,15 +33,50 @@ from rlbisect.runs.stats import Decision, Direction, Rule
 
 Runs = dict[int, list[dict]]       # seed (or run index) -> that run's rows
 
-#: Keys that count steps or measure the machine, never behaviour: left out of the default
-#: dashboard (as is every key with "time" in it, see :func:`rlbisect.metrics.is_timing`).
-BOOKKEEPING = frozenset({"step", "steps", "global_step", "epoch", "iteration", "iter", "_step",
-                         "total_flos"})
+#: Names of keys that count steps or measure the machine, never behaviour (the last part of a
+#: key, lower case), and words that make any key one (``train/step_time``, ``summary/seed``).
+BOOKKEEPING = frozenset({"step", "steps", "global_step", "epoch", "iteration", "iter", "total_flos",
+                         "t", "ts", "wall", "clock", "seed", "random_seed"})
+WORDS = ("time", "second", "secs", "elapsed", "duration", "runtime", "timestamp", "_ms", "per_s",
+         "throughput", "seed")
+PREFIXES = ("summary/", "config/", "args/", "hparams/", "system/", "_")
 
 
 def bookkeeping(key: str) -> bool:
-    k = key.lower().rsplit("/", 1)[-1]
-    return k in BOOKKEEPING or is_timing(k) or "per_second" in k or k.endswith("_per_s")
+    """Whether a key's name says it is bookkeeping (see the module docstring)."""
+    k = key.lower()
+    last = k.rsplit("/", 1)[-1]
+    return last in BOOKKEEPING or k.startswith(PREFIXES) or is_timing(k) or any(w in last for w in WORDS)
+
+
+def by_behaviour(metric: str, good: Runs, other: Runs) -> str | None:
+    """Why ``metric`` behaves as bookkeeping in these runs (keyed by seed), or None."""
+    logged = {side: {seed: [r[metric] for r in rows if metric in r] for seed, rows in runs.items()}
+              for side, runs in (("good", good), ("other", other))}
+    values = [x for side in logged.values() for xs in side.values() for x in xs]
+    if not values or not all(math.isfinite(x) for x in values):
+        return None
+    if len({*values}) == 1:
+        return f"the same value ({values[0]:g}) in every row of every run"
+    seeds = [seed for side in logged.values() for seed in side]
+    if len(set(seeds)) > 1 and all(x == seed for side in logged.values() for seed, xs in side.items()
+                                   for x in xs):
+        return "equal to its run's seed"
+    if all(len(xs) > 1 and all(1e9 < x < 1e13 for x in xs) and xs == sorted(xs)
+           for side in logged.values() for xs in side.values()):
+        return "a clock (increasing epoch timestamps)"
+    return None
+
+
+def what_went_wrong(metric: str, runs: Runs) -> str:
+    """How ``metric`` stopped being a finite number in ``runs``: the first such value, in words."""
+    for seed, rows in runs.items():
+        for i, row in enumerate(rows):
+            x = row.get(metric)
+            if x is not None and not math.isfinite(x):
+                what = getattr(x, "what", None) or repr(float(x))
+                return f"{what} at row {i} of run {seed}"
+    return "not finite"
 
 
 def score(rows: list[dict], metric: str, window: int) -> float:
@@ -51,7 +92,7 @@ def score(rows: list[dict], metric: str, window: int) -> float:
 
 def dashboard(runs: Iterable[list[dict]], metrics: list[str] | None = None) -> list[str]:
     """The metrics to judge: ``metrics`` if given, else every key logged in every run except
-    step counters and wall-clock values, in first-seen order."""
+    those whose name says they are bookkeeping, in first-seen order."""
     runs = list(runs)
     if metrics:
         return list(metrics)
@@ -107,8 +148,9 @@ class Judgement:
     good: dict[str, list[float]] = field(default_factory=dict)    # GOOD's scores per metric
     other: dict[str, list[float]] = field(default_factory=dict)   # the other side's
     absent: list[tuple[str, str]] = field(default_factory=list)   # (metric asked for, side lacking it)
-    went_nonfinite: list[str] = field(default_factory=list)       # finite at GOOD, not on the other side
+    went_nonfinite: dict[str, str] = field(default_factory=dict)  # finite at GOOD, not on the other side: how
     left_out: list[str] = field(default_factory=list)             # not finite at GOOD: not judged
+    bookkeeping: dict[str, str] = field(default_factory=dict)     # metric -> why it was not judged
 
     @property
     def nothing_in_common(self) -> bool:
@@ -118,15 +160,18 @@ class Judgement:
 def judge(good: Runs, other: Runs, rule: Rule, question: Question) -> Judgement:
     """Judge ``other``'s runs against ``good``'s seed spread (see the module docstring)."""
     names = dashboard([*good.values(), *other.values()], question.asked)
+    kept = {m: why for m in names if not question.asked and (why := by_behaviour(m, good, other))}
+    names = [m for m in names if m not in kept]
     g, o = scores(good, names, question.window), scores(other, names, question.window)
     absent = [(m, "GOOD" if m not in g else "other") for m in question.asked or [] if m not in g or m not in o]
     if absent:
-        return Judgement(None, g, o, absent=absent)
-    nonfinite = [m for m in names if m in g and m in o and finite(g[m]) and not finite(o[m])]
+        return Judgement(None, g, o, absent=absent, bookkeeping=kept)
+    nonfinite = {m: what_went_wrong(m, other) for m in names
+                 if m in g and m in o and finite(g[m]) and not finite(o[m])}
     if nonfinite:
-        return Judgement(None, g, o, went_nonfinite=nonfinite)
+        return Judgement(None, g, o, went_nonfinite=nonfinite, bookkeeping=kept)
     left_out = [m for m, v in g.items() if not finite(v)]
     g = {m: v for m, v in g.items() if m not in left_out}
     if not set(g) & set(o):
-        return Judgement(None, g, o, left_out=left_out)
-    return Judgement(rule.judge(g, o, question.sense), g, o, left_out=left_out)
+        return Judgement(None, g, o, left_out=left_out, bookkeeping=kept)
+    return Judgement(rule.judge(g, o, question.sense), g, o, left_out=left_out, bookkeeping=kept)

@@ -1,4 +1,4 @@
-"""Training runs as metric rows: read any trainer's log, map its names to ours, score each run.
+"""Training runs as metric rows: read any trainer's log, map its names to ours.
 
 A run is a list of rows, one per logged step, each a dict of numbers. They are read from
 
@@ -8,10 +8,13 @@ A run is a list of rows, one per logged step, each a dict of numbers. They are r
 * TensorBoard event files (a ``events.out.tfevents.*`` file, or a folder of them): scalars grouped
   by step, read with TensorBoard's own loader (``pip install 'rlbisect[tensorboard]'``).
 
-Values that are not numbers (strings, lists) are dropped; ``NaN``/``Infinity`` are kept, since a
-metric that became non-finite is evidence. A metric map renames a trainer's keys to ours
-(``train/reward=reward``), so the held-out metric and the dashboard names line up with
-:mod:`rlbisect.metrics`.
+A value that is not a finite number is evidence, never dropped: ``NaN`` and ``Infinity`` stay what
+they are, and ``null`` (how orjson writes NaN), a string, a boolean or a list becomes an
+:class:`Odd`: a NaN that remembers what it was, so the judge can say "reward is a string from
+step 5 on". Numbers beyond :data:`LIMIT` in size are infinite for the judge. Limits keep a hostile
+or broken file from costing memory or a traceback: a line longer than :data:`MAX_LINE` bytes or an
+object nested deeper than :data:`MAX_DEPTH` is a one-line :class:`RunLogError` (exit 2), and files
+are read line by line. A metric map renames a trainer's keys to ours (``train/reward=reward``).
 
 Scoring and judging the rows is :mod:`rlbisect.runs.judge`'s.
 """
@@ -19,37 +22,66 @@ Scoring and judging the rows is :mod:`rlbisect.runs.judge`'s.
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
-from rlbisect.errors import InputError
+from rlbisect.errors import InputError, printable
+
+#: Longest line read from a metrics file (bytes); a longer one is an error, not a memory bill.
+MAX_LINE = 1 << 20
+#: Deepest nesting of a row's objects.
+MAX_DEPTH = 32
+#: Beyond this size a number counts as infinite: the statistics stay finite (and exact) below it.
+LIMIT = 1e150
+
 
 class RunLogError(InputError):
     """A metrics file that cannot be read as rows (the message names the file and line)."""
 
 
-def _number(value) -> float | None:
+class Odd(float):
+    """A value that is not a number, kept as NaN with what it was (``what``) for the judge's words."""
+
+    what: str
+
+    def __new__(cls, what: str) -> "Odd":
+        self = super().__new__(cls, math.nan)
+        self.what = what
+        return self
+
+
+def number(value: object) -> float | None:
+    """A logged value as the judge sees it; None for "not logged" (an empty CSV cell)."""
     if isinstance(value, bool):
-        return float(value)
+        return Odd(f"a boolean ({str(value).lower()})")
     if isinstance(value, (int, float)):
-        return float(value)
+        x = float(value)
+        return math.copysign(math.inf, x) if abs(x) > LIMIT and math.isfinite(x) else x
+    if value is None:
+        return Odd("null")
     if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
+        if not value.strip():
             return None
-    return None
+        try:
+            return number(float(value))
+        except ValueError:
+            return Odd(f"a string ({printable(repr(value[:40]))})")
+    return Odd(f"a {type(value).__name__}")
 
 
-def flatten(obj: dict, prefix: str = "") -> dict[str, float]:
-    """A row's numbers, nested objects flattened with "/" (other values dropped)."""
+def flatten(obj: dict, prefix: str = "", depth: int = 0) -> dict[str, float]:
+    """A row's values, nested objects flattened with "/" (see :func:`number`)."""
+    if depth > MAX_DEPTH:
+        raise RunLogError(f"objects nested deeper than {MAX_DEPTH} levels")
     out: dict[str, float] = {}
     for key, value in obj.items():
-        name = f"{prefix}{key}"
+        name = printable(f"{prefix}{key}")
         if isinstance(value, dict):
-            out.update(flatten(value, name + "/"))
-        elif (x := _number(value)) is not None:
+            out.update(flatten(value, name + "/", depth + 1))
+        elif (x := number(value)) is not None:
             out[name] = x
     return out
 
@@ -77,10 +109,28 @@ def _tensorboard_rows(path: Path) -> list[dict[str, float]]:
                         x = float(arr.reshape(()))
                     else:
                         continue   # histograms, images, text: not a metric row
-                    by_step.setdefault(int(event.step), {"step": float(event.step)})[v.tag] = x
+                    row = by_step.setdefault(int(event.step), {"step": float(event.step)})
+                    row[printable(v.tag)] = number(x) or 0.0
         except Exception as e:   # the loader's errors are its own: a corrupt record, a bad header
             raise RunLogError(f"{f}: not a readable TensorBoard event file ({type(e).__name__})") from None
     return [by_step[k] for k in sorted(by_step)]
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(number, text, is the last line) of a text file, each at most :data:`MAX_LINE` bytes."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise RunLogError(f"{path}: {e.strerror or e}") from None
+    with f:
+        i, line = 0, f.readline(MAX_LINE + 1)
+        while line:
+            i += 1
+            if len(line) > MAX_LINE:
+                raise RunLogError(f"{path}:{i}: a line longer than {MAX_LINE} bytes")
+            nxt = f.readline(MAX_LINE + 1)
+            yield i, line.decode(errors="replace"), not nxt
+            line = nxt
 
 
 def read_rows(path: str | Path) -> list[dict[str, float]]:
@@ -88,26 +138,29 @@ def read_rows(path: str | Path) -> list[dict[str, float]]:
     path = Path(path)
     if path.name.startswith("events.out.tfevents.") or path.is_dir():
         return _tensorboard_rows(path)
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as e:
-        raise RunLogError(f"{path}: {e.strerror or e}") from None
     if path.suffix.lower() in (".csv", ".tsv"):
-        reader = csv.DictReader(text.splitlines(), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
-        return [{k: x for k, v in row.items() if k and (x := _number(v)) is not None} for row in reader]
-    rows, lines = [], text.splitlines()
-    for i, line in enumerate(lines, 1):
+        text = io.StringIO("".join(line for _, line, _ in _lines(path)))
+        reader = csv.DictReader(text, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        return [{printable(k): x for k, v in row.items() if k and (x := number(v)) is not None}
+                for row in reader]
+    rows = []
+    for i, line, last in _lines(path):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
+        except RecursionError:
+            raise RunLogError(f"{path}:{i}: nested deeper than JSON can be read") from None
         except ValueError:
-            if i == len(lines):   # a run killed mid-write leaves at most one torn last line
+            if last:   # a run killed mid-write leaves at most one torn last line
                 break
             raise RunLogError(f"{path}:{i}: not a JSON object per line (JSON lines or .csv expected)") from None
         if not isinstance(obj, dict):
             raise RunLogError(f"{path}:{i}: a JSON {type(obj).__name__}, not an object")
-        rows.append(flatten(obj))
+        try:
+            rows.append(flatten(obj))
+        except RunLogError as e:
+            raise RunLogError(f"{path}:{i}: {e}") from None
     return rows
 
 

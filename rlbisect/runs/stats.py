@@ -64,8 +64,23 @@ def t_sf(t: float, df: float) -> float:
     return tail if t >= 0 else 1.0 - tail
 
 
+def mean_sd(xs: list[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation) that neither overflow nor raise: the values are scaled by
+    their largest size first (1e308 twice is a mean of 1e308, not inf); a non-finite value gives
+    a non-finite answer instead of an error."""
+    if not xs or not all(map(math.isfinite, xs)):
+        return (math.fsum(xs) / len(xs) if xs else math.nan), math.nan
+    scale = max(map(abs, xs)) or 1.0
+    scaled = [x / scale for x in xs]
+    sd = statistics.stdev(scaled) if len(xs) > 1 else 0.0
+    return statistics.fmean(scaled) * scale, sd * scale
+
+
 def welch_p(good: list[float], probe: list[float], direction: Direction = "lower") -> float:
-    """p-value that the probe is worse than GOOD (direction "lower": lower values are worse)."""
+    """p-value that the probe is worse than GOOD (direction "lower": lower values are worse).
+    Scale-free, so it is computed on values scaled by the largest of both sides (no overflow)."""
+    scale = max(map(abs, [*good, *probe])) or 1.0
+    good, probe = [x / scale for x in good], [x / scale for x in probe]
     mg, mp = statistics.fmean(good), statistics.fmean(probe)
     vg = statistics.variance(good) / len(good) if len(good) > 1 else 0.0
     vp = statistics.variance(probe) / len(probe) if len(probe) > 1 else 0.0
@@ -92,19 +107,19 @@ class MetricTest:
 
     @property
     def moved(self) -> float:
-        """The probe's mean minus GOOD's."""
-        return statistics.fmean(self.probe) - statistics.fmean(self.good)
+        """The probe's mean minus GOOD's (half of each, doubled: no overflow near the float limit)."""
+        return 2 * (mean_sd(self.probe)[0] / 2 - mean_sd(self.good)[0] / 2)
 
     @property
     def spreads(self) -> float:
         """How many of GOOD's seed standard deviations it moved (inf when GOOD has no spread)."""
-        sd = statistics.stdev(self.good) if len(self.good) > 1 else 0.0
+        sd = mean_sd(self.good)[1]
         return abs(self.moved) / sd if sd > 0 else (0.0 if self.moved == 0 else math.inf)
 
     def describe(self) -> str:
         way = "up" if self.moved > 0 else "down"
         size = f"{self.spreads:.1f} GOOD spreads" if math.isfinite(self.spreads) else "GOOD has no spread"
-        return (f"{self.metric} {statistics.fmean(self.probe):.4g} vs {statistics.fmean(self.good):.4g}"
+        return (f"{self.metric} {mean_sd(self.probe)[0]:.4g} vs {mean_sd(self.good)[0]:.4g}"
                 f" at GOOD: {way} {abs(self.moved):.3g} ({size}, p={self.p:.2g})")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from rlbisect._proc.client import ask
 from rlbisect._proc.worker import CannotRun, Reply, worker_main
 from rlbisect.errors import Cause, Interrupted, Verdict
+from rlbisect.git.repo import probe_env
 from rlbisect.steps.format import Snapshot, load_snapshot
 from rlbisect.steps.replay import (Replayed, ReplayError, ReplayReport, UpdateRaised, judge,
                                    relative_diff, replay_in_process)
@@ -37,8 +38,7 @@ def replay_in_checkout(snap: Snapshot, snapshot_path: str | os.PathLike,
     Raises ReplayError when it cannot run there (setup failure, timeout, worker crash) and
     Interrupted when a signal stopped it."""
     args = [str(Path(snapshot_path).resolve())] + (["--bug", bug] if bug else [])
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")   # leave the checkout as checked out
-    reply, done = ask(__name__, args, Path(code_dir).resolve(), timeout, env)
+    reply, done = ask(__name__, args, Path(code_dir).resolve(), timeout, probe_env())
     if done.interrupted:
         import signal
         raise Interrupted(signal.SIGINT)
@@ -96,7 +96,7 @@ def replay_at(snapshot_path: str | os.PathLike, checkout: str | os.PathLike,
 
 
 def replay(path: str | os.PathLike, *, bug: str | None = None, at: str | None = None,
-           repo: str | os.PathLike = ".", tolerance: float = 0.0,
+           repo: str | os.PathLike | None = None, tolerance: float = 0.0,
            timeout: float | None = None, replayer=None) -> ReplayReport:
     """What ``rlbisect replay`` does: replay the saved update here, or with the code at ``at``
     (a revision of ``repo``, checked out privately). ``replayer``: the `(snap, bug) -> Replayed`
@@ -129,7 +129,8 @@ def replay(path: str | os.PathLike, *, bug: str | None = None, at: str | None = 
 def adapter_replayer(spec: str, pairs: list[str] | None, bug: str | None):
     """The replay code the command line names: never one read out of the snapshot."""
     from rlbisect.check.adapter import AdapterError, Offers, load_adapter, parse_adapter_opts
-    adapter = load_adapter(spec, bug=None if bug in (None, "none") else bug, **parse_adapter_opts(pairs))
+    adapter = load_adapter(spec, require=("replay",), bug=None if bug in (None, "none") else bug,
+                           **parse_adapter_opts(pairs))
     replayer = Offers.of(adapter).replay
     if replayer is None:
         raise AdapterError(f"{spec} returned an adapter without replay(snap, bug)")

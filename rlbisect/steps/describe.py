@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from rlbisect.errors import printable
 from rlbisect.steps.format import Snapshot
 from rlbisect.steps.optim_state import optimizer_tensors
 
@@ -53,4 +54,4 @@ def render_text(info: dict[str, Any]) -> str:
         lines.append("meta           " + json.dumps(info["meta"], sort_keys=True))
     lines.append("tensors")
     lines += [f"  {k:<40} {v}" for k, v in info["tensors"].items()]
-    return "\n".join(lines)
+    return printable("\n".join(lines))     # every string came from the file: no terminal escapes

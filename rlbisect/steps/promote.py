@@ -2,10 +2,15 @@
 
     promote("snapshots/step-000005.pt", "tests/regressions", report="bisect.json")
 
-writes `tests/regressions/test_replay_step_000005.py` and `tests/regressions/snapshots/step-000005.pt`.
-The test replays the step with whatever trainer code is importable when pytest runs and asserts the
-recorded update statistics (bit for bit unless a tolerance is given) and the post-update parameters;
-with a bisect report it also asserts that the invariants which caught the regression pass.
+writes `tests/regressions/test_replay_step_000005.py`, its data `test_replay_step_000005.json` and
+`tests/regressions/snapshots/step-000005.pt`. The test replays the step with whatever trainer code is
+importable when pytest runs and asserts the recorded update statistics (bit for bit unless a
+tolerance is given) and the post-update parameters; with a bisect report it also asserts that the
+invariants which caught the regression pass (:func:`check_replay`, :func:`check_invariants`).
+
+Data stays data: everything read from the snapshot or the report goes into the JSON file, written by
+a serializer; the Python file is a fixed text in which only the step number (an integer) varies, so
+nothing in a snapshot can become code. The test finds its files relative to itself.
 """
 
 from __future__ import annotations
@@ -64,61 +69,78 @@ def caught_by(report: dict) -> tuple[list[str], str]:
     return moved, "values that moved between the good probes and the first bad commit"
 
 
-def _literal(v) -> str:
-    """A Python literal for a JSON value (double-quoted strings; floats repr round-trip exactly)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return f'float("{v}")'
-    return json.dumps(v) if isinstance(v, str) else repr(v)
+TEST = '''"""Regression test written by `rlbisect promote`: step {step} must replay as it was recorded.
+
+What the step is, where it was recorded, the statistics its update must reproduce and the invariants
+that must pass are in {data} beside this file; the snapshot is in snapshots/. Regenerate with
+`rlbisect promote ... --force`.
+"""
+
+import json
+from pathlib import Path
+
+from rlbisect.steps.promote import check_invariants, check_replay
+
+HERE = Path(__file__).parent
+DATA = json.loads((HERE / "{data}").read_text())
 
 
-def render_test(snap: Snapshot, expected: dict, snapshot_name: str, tolerance: float, source: str,
-                invariants: list[str], report_note: str, adapter: str | None = None,
-                adapter_opts: dict | None = None) -> str:
-    """The generated pytest module."""
-    name = Path(snapshot_name).stem.replace("-", "_")
+def test_replay_step_{step:06d}():
+    check_replay(HERE, DATA)
+'''
+#: appended when a bisect report named the invariants that caught the regression
+TEST_INVARIANTS = '''
+
+def test_invariants_that_caught_the_regression():
+    check_invariants(HERE, DATA)
+'''
+
+
+def promoted_data(snap: Snapshot, expected: dict, snapshot_name: str, tolerance: float, source: str,
+              invariants: list[str], report_note: str, adapter: str | None, adapter_opts: dict | None,
+              folder: Path) -> dict:
+    """What the generated test reads: every value from the snapshot and the report, as data. A
+    FILE.py adapter is kept relative to the test's folder."""
+    if adapter is not None:
+        where, _, factory = adapter.rpartition(":")
+        if where.endswith(".py"):
+            adapter = f"{os.path.relpath(Path(where).resolve(), folder.resolve())}:{factory}"
     code = snap.code
-    at = "an unknown commit" if code.commit is None else code.commit[:12] + (" (dirty)" if code.dirty else "")
-    fired = "; detectors fired: " + ", ".join(h.detector for h in snap.hits) if snap.hits else ""
-    how = "bit for bit" if tolerance == 0 else "within TOLERANCE * (1 + |recorded|)"
-    lines = [f'"""Regression test written by `rlbisect promote` on {datetime.now(timezone.utc):%Y-%m-%d}.',
-             "",
-             f"Step {snap.step} of a {snap.config.get('trainer')} run recorded at {at}, torch "
-             f"{snap.torch_version}{fired}.",
-             f"Replaying its saved update must reproduce the statistics in EXPECTED {how}, and the",
-             "parameters after the update. A failure prints recorded vs replayed for every statistic.",
-             *([""] + [report_note] if report_note else []),
-             "",
-             f"Source: {source}. Regenerate with `rlbisect promote ... --force`.",
-             '"""', "", "from pathlib import Path", "",
-             "from rlbisect.steps.replay import compare_stats, judge, render_report, replay_in_process",
-             "from rlbisect.steps.format import load_snapshot", "",
-             f'SNAPSHOT = Path(__file__).parent / "snapshots" / {_literal(snapshot_name)}',
-             f"TOLERANCE = {tolerance!r}",
-             # the replaying code the promote command line named (never one read from the snapshot)
-             *([f"ADAPTER = {_literal(adapter)}", f"ADAPTER_OPTS = {adapter_opts or {}!r}"] if adapter else []),
-             "EXPECTED = {"]
-    lines += [f"    {_literal(k)}: {_literal(v)}," for k, v in expected.items()]
-    lines += ["}"]
-    if invariants:
-        lines += ["CAUGHT_BY = [", *[f"    {_literal(n)}," for n in invariants], "]"]
-    lines += ["", "", f"def test_replay_{name}():",
-              "    snap = load_snapshot(SNAPSHOT)",
-              *(["    from rlbisect.check import load_adapter",
-                 "    replayer = load_adapter(ADAPTER, **ADAPTER_OPTS).replay",
-                 "    report = judge(snap, replay_in_process(snap, None, replayer), TOLERANCE)"] if adapter else
-                ["    report = judge(snap, replay_in_process(snap), TOLERANCE)"]),
-              "    assert report.identical, render_report(report)",
-              "    replayed = {row.name: row.replayed for row in report.rows}",
-              "    moved = [row for row in compare_stats(EXPECTED, replayed, TOLERANCE, TOLERANCE) if not row.ok]",
-              "    assert not moved, moved"]
-    if invariants:
-        lines += ["", "", "def test_invariants_that_caught_the_regression():",
-                  "    from rlbisect.check import DEFAULT_ADAPTER, load_adapter, sanity_checks",
-                  "    results = sanity_checks(load_adapter(" + ("ADAPTER, **ADAPTER_OPTS))" if adapter
-                                                                 else "DEFAULT_ADAPTER))"),
-                  "    failing = {name: results[name].value for name in CAUGHT_BY if not results[name].passed}",
-                  '    assert not failing, f"invariants failing again: {failing}"']
-    return "\n".join(lines) + "\n"
+    return {"written": f"{datetime.now(timezone.utc):%Y-%m-%d}", "source": source, "step": snap.step,
+            "trainer": snap.config.get("trainer"), "commit": code.commit, "dirty": code.dirty,
+            "torch": snap.torch_version, "detectors": [h.detector for h in snap.hits],
+            "snapshot": f"snapshots/{snapshot_name}", "tolerance": tolerance, "expected": expected,
+            "adapter": adapter, "adapter_opts": adapter_opts or {}, "caught_by": invariants,
+            "note": report_note}
+
+
+def _adapter(here: Path, data: dict, require: tuple[str, ...] = ("replay",)):
+    from rlbisect.check.adapter import REQUIRED, load_adapter
+    where, _, factory = data["adapter"].rpartition(":")
+    spec = f"{here / where}:{factory}" if where.endswith(".py") else data["adapter"]
+    return load_adapter(spec, require=require or REQUIRED, **data["adapter_opts"])
+
+
+def check_replay(here: Path, data: dict) -> None:
+    """The promoted test: the step replays, and every recorded statistic comes back."""
+    from rlbisect.steps.replay import compare_stats, render_report
+    snap = load_snapshot(here / data["snapshot"])
+    replayer = _adapter(here, data).replay if data["adapter"] else None
+    report = judge(snap, replay_in_process(snap, None, replayer), data["tolerance"])
+    assert report.identical, render_report(report)
+    replayed = {row.name: row.replayed for row in report.rows}
+    moved = [row for row in compare_stats(data["expected"], replayed, data["tolerance"], data["tolerance"])
+             if not row.ok]
+    assert not moved, moved
+
+
+def check_invariants(here: Path, data: dict) -> None:
+    """The promoted test: the invariants that caught the regression pass."""
+    assert data["caught_by"], "the test data names no invariant"
+    from rlbisect.check import DEFAULT_ADAPTER, load_adapter, sanity_checks
+    results = sanity_checks(_adapter(here, data, ()) if data["adapter"] else load_adapter(DEFAULT_ADAPTER))
+    failing = {name: results[name].value for name in data["caught_by"] if not results[name].passed}
+    assert not failing, f"invariants failing again: {failing}"
 
 
 def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os.PathLike | None = None,
@@ -128,12 +150,14 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
     src, to = Path(snapshot), Path(to)
     if not to.is_dir() and not to.parent.is_dir():   # create at most the last folder level
         raise PromoteError(f"--to {to}: folder {to.parent} does not exist")
+    if to.exists() and not to.is_dir():
+        raise PromoteError(f"--to {to}: is a file; give the folder the test goes in")
     snap = load_snapshot(src)  # SnapshotError: refused before anything is written
     replayer = None
     if adapter is not None:     # the replaying code comes from the command line
-        from rlbisect.check.adapter import load_adapter
-        replayer = getattr(load_adapter(adapter, **(adapter_opts or {})), "replay", None)
-        if not callable(replayer):
+        from rlbisect.check.adapter import Offers, load_adapter
+        replayer = Offers.of(load_adapter(adapter, require=("replay",), **(adapter_opts or {}))).replay
+        if replayer is None:
             raise PromoteError(f"{adapter} returned an adapter without replay(snap, bug)")
     elif snap.config.get("trainer") not in REPLAYERS:
         raise PromoteError(f"snapshot names trainer {snap.config.get('trainer')!r}; promote needs one of "
@@ -170,15 +194,21 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
     if snap.config.get("bug"):
         notes.append(f"recorded with fault {snap.config['bug']!r}: the test replays it with that fault")
     name = f"step-{snap.step:06d}.pt"
-    test_path, snap_path = to / f"test_replay_{name[:-3].replace('-', '_')}.py", to / "snapshots" / name
-    if not force and (existing := [str(p) for p in (test_path, snap_path) if p.exists()]):
+    stem = f"test_replay_step_{snap.step:06d}"
+    test_path, data_path, snap_path = to / f"{stem}.py", to / f"{stem}.json", to / "snapshots" / name
+    if not force and (existing := [str(p) for p in (test_path, data_path, snap_path) if p.exists()]):
         raise PromoteError(f"{' and '.join(existing)} already exist(s); use --force to overwrite")
     expected = {r.name: r.recorded for r in verdict.rows}
-    text = render_test(snap, expected, name, tolerance, src.name, invariants, note, adapter, adapter_opts)
-    snap_path.parent.mkdir(parents=True, exist_ok=True)
-    _write(snap_path, src.read_bytes())
-    load_snapshot(snap_path)  # the copy is what the test will read: it must be intact
-    _write(test_path, text.encode())
+    data = promoted_data(snap, expected, name, tolerance, src.name, invariants, note, adapter, adapter_opts, to)
+    try:
+        snap_path.parent.mkdir(parents=True, exist_ok=True)
+        _write(snap_path, src.read_bytes())
+        load_snapshot(snap_path)  # the copy is what the test will read: it must be intact
+        _write(data_path, (json.dumps(data, indent=1) + "\n").encode())
+        text = TEST.format(step=snap.step, data=data_path.name) + (TEST_INVARIANTS if invariants else "")
+        _write(test_path, text.encode())
+    except OSError as e:
+        raise PromoteError(f"--to {to}: {e.strerror or e}") from None
     return Promoted(test_path, snap_path, invariants, notes)
 
 

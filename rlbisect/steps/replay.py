@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from rlbisect.errors import InputError
+from rlbisect.errors import InputError, printable
 from rlbisect.metrics import is_timing
 from rlbisect.steps.capture import copy_tensors
 from rlbisect.registry import Registry
@@ -218,7 +218,12 @@ def _num(v: Any) -> str:
 
 
 def render_report(report: ReplayReport) -> str:
-    """Recorded vs replayed, moved statistics first, then parameters, then the verdict line."""
+    """Recorded vs replayed, moved statistics first, then parameters, then the verdict line (the
+    names came from a file: terminal escapes are shown, never sent)."""
+    return printable(_render(report))
+
+
+def _render(report: ReplayReport) -> str:
     lines = [f"replay of step {report.step}"]
     lines += [f"note: {n}" for n in report.notes]
     if report.error is not None:

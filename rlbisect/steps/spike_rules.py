@@ -50,7 +50,10 @@ class MadRule(_SignalRule):
 
     k: float = Field(10.0, gt=0, description="how many MADs above the running median count as a spike")
     window: int = Field(100, ge=3, description="steps of history the median and MAD are taken over")
-    warmup: int = Field(8, ge=3, description="steps of history needed before the rule may fire")
+    warmup: int = Field(8, ge=3, description="steps of history needed before the median/MAD test applies; "
+                        "inside the warm-up only a jump of early_jump x the median so far fires")
+    early_jump: float = Field(100.0, gt=1, description="inside the warm-up: a value this many times the "
+                              "median of the steps so far fires (a 1000x spike at step 5 is saved)")
     rel_floor: float = Field(1.0, ge=0, description="MAD floor as a share of |median|; at 1.0 a "
                              "spike needs at least (1 + k) x the running median, however steady the signal")
     min_value: float = Field(0.0, ge=0, description="values at or below this never fire "

@@ -7,6 +7,8 @@ defaults watch the signals that move before the reward does:
 
 * `mad`      a value far above its own running median, in multiples of the running MAD
              (median absolute deviation), e.g. `grad_norm`; robust to heavy-tailed RL statistics.
+             It needs `warmup` steps (8) of history; inside the warm-up only a jump of
+             `early_jump` (100) times the median so far fires, so a 1000x spike at step 5 is saved.
 * `ceiling`  an absolute bound; the only kind that can fire at step 0, before any history exists
              (a learning rate ten times too high shows as a huge `approx_kl` on the very first step).
 * `stuck`    signals exactly at a telling value in k of the last n steps, e.g. `clip_frac == 0`
@@ -17,7 +19,7 @@ defaults watch the signals that move before the reward does:
              (`grad_norm` creeping up: too slow for a spike rule, which absorbs level shifts).
 * `relative` a signal several times the run's own early level, under any fixed ceiling
              (`approx_kl` 5x its first steps' median: the update grew, not the noise).
-* `nonfinite` NaN or Inf in any numeric value of the row.
+* `nonfinite` NaN or Inf in any numeric value of the row, from step 0 on (no warm-up).
 
 Rules know the trainer's shape: with one optimizer step per batch the ratio is 1 by construction,
 so `SpikeConfig.for_trainer(updates_per_batch=1)` leaves out the "no clipping ever" rule.
@@ -85,7 +87,14 @@ class MadSpike:
             return []
         hits: list[Hit] = []
         spike = False
-        if len(self.history) >= r.warmup:
+        if 0 < len(self.history) < r.warmup:         # the warm-up: only a jump no noise explains
+            med = statistics.median(self.history)
+            spike = x > r.early_jump * max(abs(med), r.min_value) > 0
+            if spike and not self.active:
+                hits.append(Hit(f"mad:{r.signal}", r.signal, step, x,
+                                f"{r.signal} {x:.3g} > {r.early_jump:g} x the median {med:.3g} of the "
+                                f"first {len(self.history)} steps (inside the warm-up)"))
+        elif len(self.history) >= r.warmup:
             med = statistics.median(self.history)
             mad = statistics.median(abs(h - med) for h in self.history)
             floor = r.rel_floor * abs(med)
@@ -202,8 +211,9 @@ class DetectorSet:
 
     @classmethod
     def from_config(cls, config: SpikeConfig) -> "DetectorSet":
-        ds: list[Detector] = [MadSpike(r) for r in config.mad]
-        ds += [Ceiling(r) for r in config.ceilings]
+        # absolute bounds first: when several fire on one step, the first hit is the plainest
+        ds: list[Detector] = [Ceiling(r) for r in config.ceilings]
+        ds += [MadSpike(r) for r in config.mad]
         ds += [Stuck(r) for r in config.stuck]
         ds += [Trend(r) for r in config.trends]
         ds += [Relative(r) for r in config.relative]

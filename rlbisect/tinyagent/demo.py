@@ -69,7 +69,8 @@ def run_demo(fault: str = "sign_flip", commits: int = 8, bad_at: int | None = No
     history, reused = _history(keep, fault, commits, bad_at)
     root = Path(history.path)
     try:
-        say(f"{'reusing' if reused else 'built'} a TinyAgent history in {root}: {commits} "
+        where = f"in {root}" if keep is not None else "in a temporary folder (removed at the end; --keep DIR keeps it)"
+        say(f"{'reusing' if reused else 'built'} a TinyAgent history {where}: {commits} "
             f"commits after the initial import, one of which introduces '{fault}' as a real code change")
         for sha, subject in history.commits:
             say(f"  {sha[:10]}  {subject}")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from rlbisect.bisect.cache import ProbeCache, predicate_key
 from rlbisect.bisect.predicates import Probe
@@ -55,11 +55,11 @@ def test_second_identical_run_probes_nothing(tiny_repo, run_cli, tmp_path):
     r = tiny_repo(["good"] * 6 + ["bad"] * 10)
     counter = tmp_path / "counter"
     before = r.snapshot()
-    code1, _, first = run_cli(["main~15..main", "--repo", str(r.path), "--",
+    code1, _, first = run_cli(["main~15..main", "--repo", str(r.path), "--verify", "0", "--",
                                *counting_cmd(counter)])
     n = runs(counter)
     assert code1 == 0 and n == first["n_probes"] == 4
-    code2, out, second = run_cli(["main~15..main", "--repo", str(r.path), "--",
+    code2, out, second = run_cli(["main~15..main", "--repo", str(r.path), "--verify", "0", "--",
                                   *counting_cmd(counter)])
     assert code2 == 0 and runs(counter) == n
     assert all(p["cached"] for p in second["probes"]) and "cached)" in out
@@ -71,7 +71,7 @@ def test_second_identical_run_probes_nothing(tiny_repo, run_cli, tmp_path):
 def test_no_cache_neither_reads_nor_writes(tiny_repo, run_cli, tmp_path):
     r = tiny_repo(["good"] * 3 + ["bad"] * 5)
     counter = tmp_path / "counter"
-    args = ["main~7..main", "--repo", str(r.path), "--no-cache", "--", *counting_cmd(counter)]
+    args = ["main~7..main", "--repo", str(r.path), "--no-cache", "--verify", "0", "--", *counting_cmd(counter)]
     _, _, first = run_cli(args)
     _, _, second = run_cli(args)
     assert runs(counter) == first["n_probes"] + second["n_probes"] == 2 * first["n_probes"] > 0
@@ -81,8 +81,8 @@ def test_no_cache_neither_reads_nor_writes(tiny_repo, run_cli, tmp_path):
 def test_a_different_command_does_not_reuse_results(tiny_repo, run_cli, tmp_path):
     r = tiny_repo(["good"] * 3 + ["bad"] * 5)
     c1, c2 = tmp_path / "one", tmp_path / "two"
-    run_cli(["main~7..main", "--repo", str(r.path), "--", *counting_cmd(c1)])
-    _, _, data = run_cli(["main~7..main", "--repo", str(r.path), "--", *counting_cmd(c2)])
+    run_cli(["main~7..main", "--repo", str(r.path), "--verify", "0", "--", *counting_cmd(c1)])
+    _, _, data = run_cli(["main~7..main", "--repo", str(r.path), "--verify", "0", "--", *counting_cmd(c2)])
     assert runs(c2) == data["n_probes"] > 0 and not any(p["cached"] for p in data["probes"])
 
 
@@ -95,7 +95,7 @@ def test_timeouts_are_retried_on_the_next_run(tiny_repo, run_cli, tmp_path):
                              "--", *cmd])
     assert code == 3 and {p["verdict"] for p in data["probes"]} == {"skip"}
     slow.unlink()
-    code, _, data = run_cli(["main~7..main", "--repo", str(r.path), "--", *cmd])
+    code, _, data = run_cli(["main~7..main", "--repo", str(r.path), "--verify", "0", "--", *cmd])
     assert code == 0 and data["first_bad"] == r.shas[3]
     assert not any(p["cached"] for p in data["probes"])
 
@@ -107,7 +107,7 @@ def test_a_killed_run_keeps_its_progress(tiny_repo, tmp_path):
     block.touch()
     # The third probe hangs while `block` exists: kill rlbisect there.
     cmd = counting_cmd(counter, f'[ -e {block} ] && [ "$(wc -l < {counter})" -ge 3 ] && sleep 60; ')
-    base = [sys.executable, "-m", "rlbisect.cli.app", "run", "main~31..main", "--repo", str(r.path)]
+    base = [sys.executable, "-m", "rlbisect.cli.app", "run", "main~31..main", "--repo", str(r.path), "--verify", "0"]
     proc = subprocess.Popen([*base, "--", *cmd], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 30
@@ -139,11 +139,95 @@ def test_an_edited_predicate_script_is_run_again_not_recalled(tiny_repo, run_cli
     counter = tmp_path / "runs"
     script = tmp_path / "check.sh"     # outside the repository: no commit's tree holds it
     script.write_text(f'echo x >> {counter}; test "$(cat state)" = good\n')
-    first = run_cli(["main~8..main", "--repo", str(r.path), "--", "sh", str(script)])[2]
+    first = run_cli(["main~8..main", "--repo", str(r.path), "--verify", "0", "--", "sh", str(script)])[2]
     assert first["first_bad"] == r.shas[3] and runs(counter) == first["n_probes"]
-    again = run_cli(["main~8..main", "--repo", str(r.path), "--", "sh", str(script)])[2]
+    again = run_cli(["main~8..main", "--repo", str(r.path), "--verify", "0", "--", "sh", str(script)])[2]
     assert all(p["cached"] for p in again["probes"]) and runs(counter) == first["n_probes"]
     script.write_text(f'echo x >> {counter}; test "$(cat state)" != bad\n')   # same verdicts, new script
-    edited = run_cli(["main~8..main", "--repo", str(r.path), "--", "sh", str(script)])[2]
+    edited = run_cli(["main~8..main", "--repo", str(r.path), "--verify", "0", "--", "sh", str(script)])[2]
     assert not any(p["cached"] for p in edited["probes"])
     assert runs(counter) == first["n_probes"] + edited["n_probes"]
+
+
+# -- what the cache may answer for, and what --verify catches -------------------------------------
+
+LIMIT_CMD = ["sh", "-c", 'test "$(cat n)" -lt "$LIMIT"']
+
+
+def test_the_environment_is_part_of_the_identity_shell_bookkeeping_is_not(tiny_repo, run_cli, monkeypatch):
+    """The adversary's case: LIMIT=10 then LIMIT=6 over the same commits must not share verdicts."""
+    r = tiny_repo(["good"] * 12)
+    spec = ["main~11..main", "--repo", str(r.path), "--"]
+    monkeypatch.setenv("LIMIT", "10")
+    _, _, ten = run_cli(spec + LIMIT_CMD)
+    assert ten["first_bad"] == r.shas[10]
+    monkeypatch.setenv("LIMIT", "6")
+    _, _, six = run_cli(spec + LIMIT_CMD)
+    assert six["first_bad"] == r.shas[6] and not any(p["cached"] for p in six["probes"])
+    monkeypatch.setenv("SHLVL", "9")             # a new shell is not a new predicate
+    monkeypatch.setenv("OLDPWD", "/elsewhere")
+    _, _, again = run_cli(spec + LIMIT_CMD)
+    assert again["first_bad"] == r.shas[6] and all(p["cached"] for p in again["probes"] if p["role"] != "verify")
+    assert again["predicate"]["env"]["LIMIT"] == "6"          # the identity is a JSON object, readable
+
+
+def test_a_file_the_predicate_reads_without_naming_it_is_caught_by_verify(tiny_repo, run_cli, tmp_path):
+    """The cache cannot see a file outside the repository that the predicate reads; the default
+    verification re-runs the answer's two commits and refuses the stale answer."""
+    r = tiny_repo(["good"] * 12)
+    limit = tmp_path / "limit"
+    limit.write_text("10")
+    cmd = ["sh", "-c", f'test "$(cat n)" -lt "$(cat {limit})"']
+    spec = ["main~11..main", "--repo", str(r.path), "--"]
+    code, _, first = run_cli(spec + cmd)
+    assert code == 0 and first["first_bad"] == r.shas[10] and first["n_verify"] == 2
+    limit.write_text("6")
+    code, out, stale = run_cli(spec + cmd)
+    assert code == 3 and stale["first_bad"] is None and stale["status"] == "unsure"
+    assert "the predicate is not deterministic" in out and "--no-cache" in out
+    code, _, fresh = run_cli(["main~11..main", "--repo", str(r.path), "--no-cache", "--"] + cmd)
+    assert code == 0 and fresh["first_bad"] == r.shas[6]
+
+
+def test_cached_verdicts_that_disagree_are_probed_again_and_said_so(tiny_repo, run_cli, tmp_path):
+    r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    spec = ["main~7..main", "--repo", str(r.path), "--verify", "0", "--"]
+    _, _, first = run_cli(spec + counting_cmd(tmp_path / "c1"))
+    cache = ProbeCache(r.path / ".git" / "rlbisect" / "cache.jsonl")
+    rows = [json.loads(line) for line in cache.path.read_text().splitlines()]
+    flipped = {**rows[0], "verdict": "bad" if rows[0]["verdict"] == "good" else "good", "recorded": "x"}
+    with cache.path.open("a") as f:                 # the same tree, the same identity, another verdict
+        f.write(json.dumps(flipped) + "\n")
+    code, out, again = run_cli(spec + counting_cmd(tmp_path / "c1"))
+    redone = [p for p in again["probes"] if p["commit"] == rows[0]["commit"]]
+    assert code == 0 and redone and not redone[0]["cached"]
+    assert "its cached verdicts disagree (bad and good), the predicate may be flaky" in redone[0]["reason"]
+    assert "recorded 20" in out                          # when the cached verdicts were recorded
+
+
+def test_verify_catches_a_flaky_predicate_and_can_be_turned_off(tiny_repo, run_cli, tmp_path):
+    """A predicate whose culprit and parent swap verdicts after the search: the default
+    verification ends with no culprit (exit 3); --verify 0 answers as git would."""
+    r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    count = tmp_path / "count"
+    # from the 4th run on every commit says the opposite of its state: the search sees the truth,
+    # the verification runs see a flip
+    flip = ["sh", "-c", f'echo x >> {count}; n=$(wc -l < {count}); s=$(cat state); '
+            f'if [ "$n" -gt 3 ]; then [ "$s" = bad ]; else [ "$s" = good ]; fi']
+    code, out, data = run_cli(["main~7..main", "--repo", str(r.path), "--no-cache", "--"] + flip)
+    assert code == 3 and data["first_bad"] is None and "not deterministic" in out, out
+    count.unlink()
+    code, _, data = run_cli(["main~7..main", "--repo", str(r.path), "--no-cache", "--verify", "0", "--"] + flip)
+    assert code == 0 and data["n_verify"] == 0
+
+
+def test_an_adapter_file_named_in_a_command_is_part_of_the_identity(tmp_path, monkeypatch):
+    from rlbisect.bisect.predicates.command import CommandPredicate
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adapter.py").write_text("def make(): pass\n")
+    argv = ["rlbisect", "check", "--adapter", "adapter.py:make"]
+    before = CommandPredicate(argv).identity()
+    assert "adapter.py" in json.loads(before)["files"]
+    (tmp_path / "adapter.py").write_text("def make(): return 1\n")
+    assert CommandPredicate(argv).identity() != before
+    assert CommandPredicate(["x", "--adapter=adapter.py:make"]).identity() != CommandPredicate(["x", "--adapter=other"]).identity()

@@ -13,9 +13,23 @@ def test_the_biggest_relative_move_comes_first_and_float_round_off_last():
     assert compare({"x": 0.0}, {"x": 0.0})[0]["relative"] == 0.0
 
 
-def test_nan_counts_as_a_full_move_and_only_shared_values_are_compared():
+def test_nan_and_a_value_only_one_side_measured_count_as_full_moves():
     rows = compare({"a": 1.0, "b": 1.0, "only_parent": 1.0}, {"a": 1.01, "b": math.nan, "only_bad": 2.0})
-    assert [r["name"] for r in rows] == ["b", "a"]
+    assert [r["name"] for r in rows] == ["b", "only_bad", "only_parent", "a"]
+    assert rows[1]["parent"] is None and rows[2]["first_bad"] is None
     text = render({"parent": "p" * 40, "first_bad": "b" * 40, "parent_verdict": "good",
                    "first_bad_verdict": "bad", "rows": rows}, limit=1)
-    assert "b" * 10 in text and "1 more in the JSON" in text
+    assert "b" * 10 in text and "3 more in the JSON" in text
+
+
+def test_a_check_that_becomes_n_a_at_the_culprit_is_a_full_move_not_a_crash():
+    """n/a arrives as None (a JSON null) or not at all: the table shows n/a and the answer stands."""
+    parent = {"KL to reference > 0 after a step": 0.008, "mask = policy tokens": 0.0, "gone": 1.0}
+    first_bad = {"KL to reference > 0 after a step": None, "mask = policy tokens": 3.0}
+    rows = compare(parent, first_bad)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["KL to reference > 0 after a step"]["first_bad"] is None
+    assert by_name["KL to reference > 0 after a step"]["relative"] == 1.0 and by_name["gone"]["first_bad"] is None
+    text = render({"parent": "a" * 40, "parent_verdict": "good", "first_bad": "b" * 40,
+                   "first_bad_verdict": "bad", "rows": rows})
+    assert "n/a" in text and "+3" in text

@@ -241,7 +241,7 @@ def test_runs_are_recorded_apart_and_a_rerun_starts_from_them(tiny_repo, run_cli
     assert first["n_runs"] == made and not any(p["cached"] for p in first["probes"])
     _, out, again = run_cli(["main~15..main", "--repo", str(r.path), "--flaky", "--", *cmd])
     assert again["n_runs"] == 0 and runs_made(counter) == made          # nothing re-run
-    assert again["first_bad"] == first["first_bad"] and f"(+{made} recorded)" in out
+    assert again["first_bad"] == first["first_bad"] and f"(+{made} recorded 20" in out
     assert [p["verdict"] for p in again["probes"]] == [p["verdict"] for p in first["probes"]]
     # a deterministic bisect with the same command does not take those runs as truth
     _, _, plain = run_cli(["main~15..main", "--repo", str(r.path), "--", *cmd])

@@ -125,13 +125,13 @@ def test_rounds_are_about_log_j_plus_1_of_n(tiny_repo, state_cmd, culprit):
     r = tiny_repo(["good"] * culprit + ["bad"] * (65 - culprit), dirty=False)  # 64 after GOOD
     pred = make_predicate(command=state_cmd)
     spec = f"{r.shas[0]}..{r.shas[-1]}"
-    seq = bisect(r.path, spec, pred, BisectOptions(use_cache=False))
+    seq = bisect(r.path, spec, pred, BisectOptions(use_cache=False, verify=0))   # the search alone
     # log2 64 = 6 probes; one more when every probe said bad (culprit 1): the answer rests on
     # GOOD, which is then probed too
     endpoint = int(culprit == 1)
     assert seq.first_bad == r.shas[culprit] and len(seq.probes) == 6 + endpoint
     for jobs, most in ((2, 4), (3, 3)):   # ceil(log3 64) = 4, ceil(log4 64) = 3
-        res = bisect(r.path, spec, pred, BisectOptions(jobs=jobs, use_cache=False))
+        res = bisect(r.path, spec, pred, BisectOptions(jobs=jobs, use_cache=False, verify=0))
         rounds = rounds_of(res)
         assert res.first_bad == seq.first_bad and res.rounds == len(rounds)
         assert len(rounds) <= most + endpoint and all(len(p) <= jobs for p in rounds)
@@ -142,14 +142,14 @@ def test_cached_commits_take_no_slot(tiny_repo, state_cmd):
     r = tiny_repo(["good"] * 9 + ["bad"] * 23)
     pred = make_predicate(command=state_cmd)
     spec = f"{r.shas[0]}..{r.shas[-1]}"
-    first = bisect(r.path, spec, pred, BisectOptions(jobs=2))
-    again = bisect(r.path, spec, pred, BisectOptions(jobs=3))
+    first = bisect(r.path, spec, pred, BisectOptions(jobs=2, verify=0))
+    again = bisect(r.path, spec, pred, BisectOptions(jobs=3, verify=0))
     assert again.first_bad == first.first_bad == r.shas[9]
     # jobs 3 plans other commits than jobs 2: only those the cache lacks are run
     ran = [p.commit for p in again.probes if not p.cached]
     assert sum(map(len, rounds_of(again))) == len(ran)
     assert not set(ran) & {p.commit for p in first.probes}
-    third = bisect(r.path, spec, pred, BisectOptions(jobs=3))
+    third = bisect(r.path, spec, pred, BisectOptions(jobs=3, verify=0))
     assert third.first_bad == first.first_bad and all(p.cached for p in third.probes)
 
 
@@ -166,7 +166,7 @@ def test_contradictory_verdicts_keep_the_log_valid(tiny_repo, state_cmd, tmp_pat
         res.first_bad if res.status == "found" else None, set(res.candidates))
     marked = set(re.findall(rf"^git bisect (?:good|bad|skip) ({_SHA})$", res.bisect_log, re.M))
     for p in res.probes:   # every probe is in git's log, says why it is not, or checked an endpoint
-        assert p.commit in marked or "not marked" in p.reason or p.role in ("GOOD", "BAD")
+        assert p.commit in marked or "not marked" in p.reason or p.role in ("GOOD", "BAD", "verify")
     assert_clean(r, before, os.getpid())
 
 

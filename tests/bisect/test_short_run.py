@@ -226,12 +226,16 @@ def run(steps, seed):
         return [{{"reward": reward / 0.0}}]
     if MODE == "nan":
         return [{{"reward": float("nan")}}]
+    if MODE == "null":             # how orjson writes a NaN
+        return [{{"reward": None}}]
+    if MODE == "string":
+        return [{{"reward": "n/a"}}]
     return [{{"reward": reward}}]
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["raise", "nan"])
+@pytest.mark.parametrize("mode", ["raise", "nan", "null", "string"])
 def test_the_code_under_test_crashing_or_going_nan_is_named_bad(tmp_path, mode):
     """Not 'could not train' (a skip): the commit that makes training raise or go NaN is the one."""
     repo = tmp_path / "r"
@@ -247,8 +251,9 @@ def test_the_code_under_test_crashing_or_going_nan_is_named_bad(tmp_path, mode):
     result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred)
     assert result.status == "found" and result.first_bad == shas[3], result.summary()
     culprit = next(p for p in result.probes if p.commit == shas[3])
-    said = "ZeroDivisionError" if mode == "raise" else "not finite"
-    assert culprit.verdict == "bad" and said in culprit.reason + culprit.output
+    said = {"raise": "ZeroDivisionError", "nan": "(nan at row 0", "null": "(null at row 0",
+            "string": "(a string ('n/a') at row 0"}[mode]
+    assert culprit.verdict == "bad" and said in culprit.reason + culprit.output, culprit.reason
 
 
 TINYAGENT_TRAIN = [sys.executable, "-m", "rlbisect", "train", "--seed", "{seed}", "--steps", "{steps}",

@@ -69,3 +69,84 @@ def test_cli_bad_input_exits_2(tmp_path):
     for extra in (["--metric", "nope"], ["--direction", "lower"], ["--direction", "up", "--metric", "grad_norm"]):
         r = runner.invoke(app, ["compare", *extra, *good, "--vs", *other])
         assert r.exit_code == 2 and r.output.startswith("rlbisect compare:"), r.output
+
+
+def _rows(folder, name, values, extra=lambda i, s: {}):
+    """One JSONL run per value list: reward = the value at every step (raw text, NaN/null allowed)."""
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for i, value in enumerate(values):
+        p = folder / f"{name}{i}.jsonl"
+        p.write_text("".join('{"step": %d, "reward": %s, "loss": %s%s}\n' % (
+            s, value, 0.1 * (i + 1) + 0.01 * s, "".join(f', "{k}": {v}' for k, v in extra(i, s).items()))
+            for s in range(4)))
+        paths.append(str(p))
+    return paths
+
+
+@pytest.mark.parametrize("bad,how", [("NaN", "nan"), ("Infinity", "inf"), ("-Infinity", "-inf"), ("null", "null"),
+                                     ('"oops"', "a string ('oops')"), ("true", "a boolean (true)"),
+                                     ("1e200", "inf")])
+def test_a_metric_that_stops_being_a_finite_number_is_a_regression_not_a_traceback(tmp_path, bad, how):
+    good = _rows(tmp_path / "g", "g", ["0.5", "0.52", "0.49"])
+    new = _rows(tmp_path / "n", "n", ["0.5", bad, "0.51"])
+    r = runner.invoke(app, ["compare", *good, "--vs", *new, "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 1, r.output
+    assert "Traceback" not in r.output and f"reward ({how} at row 0 of run 1)" in r.output
+    assert json.loads((tmp_path / "c.json").read_text())["nonfinite"][0]["metric"] == "reward"
+
+
+def test_huge_values_judge_without_overflow_and_nested_json_is_one_line(tmp_path):
+    good = _rows(tmp_path / "g", "g", ["1e149", "1.01e149", "0.99e149"])
+    new = _rows(tmp_path / "n", "n", ["1e100", "2e100", "3e100"])
+    r = runner.invoke(app, ["compare", *good, "--vs", *new])
+    assert r.exit_code == 1 and "reward" in r.output and "Traceback" not in r.output, r.output
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"a": ' * 60 + "1" + "}" * 60 + "\n")
+    r = runner.invoke(app, ["compare", str(deep), str(deep), "--vs", *new[:2]])
+    assert r.exit_code == 2 and "nested deeper" in r.output and r.output.count("\n") == 1
+
+
+def test_bookkeeping_by_name_and_by_behaviour_is_left_out_unless_named(tmp_path):
+    """Wall-clock, seeds, step counters and summary rows move with the machine, not the code."""
+    def extra(i, s):
+        return {"t": 1000.0 * (i + 1) + s * 37.5, "summary/train_seconds": 12.0 * (i + 1), "summary/seed": i,
+                "wallclock_ms": 5 * s + i, "stamp": 1.7e9 + 60 * s + i, "lr": 0.001}
+    good = _rows(tmp_path / "g", "g", ["0.5", "0.52", "0.49"], extra)
+    new = _rows(tmp_path / "n", "n", ["0.51", "0.5", "0.5"], lambda i, s: {**extra(i + 7, s), "lr": 0.001})
+    result = compare(good, new)
+    judged = {t.metric for t in result.decision.tests}
+    assert judged == {"reward", "loss"} and result.exit_code == 0, judged
+    assert {"stamp", "lr"} <= set(result.bookkeeping)              # by behaviour: a clock, a constant
+    named = compare(good, new, metric="summary/train_seconds", direction="change")
+    assert [t.metric for t in named.decision.tests] == ["summary/train_seconds"]
+
+
+def test_runs_with_no_metric_in_common_are_bad_input_not_unsure(tmp_path):
+    a = tmp_path / "a"
+    a.mkdir()
+    for name, key in (("a0", "x"), ("a1", "x"), ("b0", "y"), ("b1", "y")):
+        (a / f"{name}.jsonl").write_text(f'{{"{key}": 1.0}}\n{{"{key}": 2.0}}\n')
+    r = runner.invoke(app, ["compare", str(a / "a0.jsonl"), str(a / "a1.jsonl"), "--vs",
+                            str(a / "b0.jsonl"), str(a / "b1.jsonl")])
+    assert r.exit_code == 2 and "nothing to compare" in r.output
+
+
+def test_the_plot_gives_each_metric_its_own_axis(tmp_path):
+    good = write_runs(tmp_path / "g", "g", 3, 0)
+    new = write_runs(tmp_path / "n", "n", 3, 10, reward=0.8, grad=100.0)
+    png = tmp_path / "p.png"
+    from matplotlib import pyplot as plt
+    seen = []
+    original = plt.subplots
+
+    def spy(*a, **kw):
+        seen.append(kw.get("sharey"))
+        return original(*a, **kw)
+    import rlbisect.plots as plots
+    plots.plt.subplots, saved = spy, plots.plt.subplots
+    try:
+        r = runner.invoke(app, ["compare", *good, "--vs", *new, "--plot", str(png)])
+    finally:
+        plots.plt.subplots = saved
+    assert r.exit_code == 1 and png.read_bytes()[:4] == b"\x89PNG" and seen == [False]

@@ -9,13 +9,42 @@ from rlbisect.runs.judge import dashboard, score, scores
 from rlbisect.runs.read import parse_metric_map, read_rows, rename
 
 
-def test_jsonl_rows_are_flattened_numbers_and_a_torn_last_line_is_ignored(tmp_path):
+def test_jsonl_rows_are_flattened_and_a_torn_last_line_is_ignored(tmp_path):
     f = tmp_path / "m.jsonl"
-    f.write_text('{"step": 0, "train": {"reward": 0.5, "tag": "x"}, "ok": true, "loss": NaN}\n\n'
+    f.write_text('{"step": 0, "train": {"reward": 0.5}, "loss": NaN, "kl": Infinity}\n\n'
                  '{"step": 1, "train": {"reward": 0.7}}\n{"step": 2, "tra')
     rows = read_rows(f)
-    assert len(rows) == 2 and rows[0]["train/reward"] == 0.5 and rows[0]["ok"] == 1.0
-    assert "train/tag" not in rows[0] and math.isnan(rows[0]["loss"])
+    assert len(rows) == 2 and rows[0]["train/reward"] == 0.5 and rows[1]["train/reward"] == 0.7
+    assert math.isnan(rows[0]["loss"]) and rows[0]["kl"] == math.inf
+
+
+def test_values_that_are_not_numbers_are_kept_as_evidence_with_what_they_were(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"reward": null, "tag": "oops", "ok": true, "xs": [1, 2], "huge": 1e200, "n": "0.25"}\n')
+    row = read_rows(f)[0]
+    assert all(math.isnan(row[k]) for k in ("reward", "tag", "ok", "xs"))
+    assert [row[k].what for k in ("reward", "tag", "ok", "xs")] == [
+        "null", "a string ('oops')", "a boolean (true)", "a list"]
+    assert row["huge"] == math.inf and row["n"] == 0.25        # beyond LIMIT: infinite; a number in a string
+
+
+def test_a_huge_line_or_deep_nesting_is_one_line_error_not_a_memory_bill(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"a": 1}\n{"b": "' + "x" * (2 << 20) + '"}\n')
+    with pytest.raises(InputError, match=r"m.jsonl:2: a line longer than"):
+        read_rows(f)
+    f.write_text('{"a": ' * 50 + "1" + "}" * 50 + "\n")
+    with pytest.raises(InputError, match=r"m.jsonl:1: objects nested deeper"):
+        read_rows(f)
+    f.write_text("[" * 100000 + "]" * 100000 + "\n")
+    with pytest.raises(InputError, match=r"m.jsonl:1: (nested deeper|a JSON list)"):
+        read_rows(f)
+
+
+def test_control_characters_in_keys_are_shown_not_sent(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"rew\\u001b[31mard": 1}\n')
+    assert list(read_rows(f)[0]) == ["rew\\x1b[31mard"]
 
 
 def test_a_broken_middle_line_or_a_non_object_is_refused_with_its_line(tmp_path):

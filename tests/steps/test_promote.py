@@ -17,7 +17,9 @@ from typer.testing import CliRunner
 import reference_trainer
 from rlbisect.cli.app import app
 from rlbisect.steps.promote import PromoteError, caught_by
+from rlbisect.git.repo import CodeIdentity
 from rlbisect.steps.format import load_snapshot, save_snapshot
+from rlbisect.steps.spikes import Hit
 
 DIRECTION = "update raises log pi where A > 0"
 GOOD_VALUES = {"mask = policy tokens": 0.0, "sampler = trainer log-prob": 9.5e-07,
@@ -76,9 +78,9 @@ def test_generated_test_passes_on_current_code_and_fails_on_the_fault(snapshot, 
     test_file, copy = tests / "test_replay_step_000000.py", tests / "snapshots" / "step-000000.pt"
     assert f"wrote {test_file}" in res.output and copy.read_bytes() == snapshot.read_bytes()
     assert f"invariants: {DIRECTION} (named in the first bad probe's reason)" in res.output
-    text = test_file.read_text()
-    assert "TOLERANCE = 0.0" in text and f'CAUGHT_BY = [\n    "{DIRECTION}",' in text
-    assert f'"loss": {load_snapshot(snapshot).stats["loss"]!r},' in text  # recorded, exactly
+    data = json.loads((tests / "test_replay_step_000000.json").read_text())
+    assert data["tolerance"] == 0.0 and data["caught_by"] == [DIRECTION]
+    assert data["expected"]["loss"] == load_snapshot(snapshot).stats["loss"]   # recorded, exactly
 
     passed = pytest_in(tests)
     assert passed.returncode == 0 and "2 passed" in passed.stdout, passed.stdout + passed.stderr
@@ -93,7 +95,8 @@ def test_never_overwrites_without_force(snapshot, tmp_path):
     tests = tmp_path / "t"
     assert cli("promote", str(snapshot), "--to", str(tests)).exit_code == 0
     test_file = tests / "test_replay_step_000000.py"
-    assert "CAUGHT_BY" not in test_file.read_text()  # no report: the replay test alone
+    assert json.loads((tests / "test_replay_step_000000.json").read_text())["caught_by"] == []
+    assert "def test_invariants" not in test_file.read_text()   # no report: the replay test alone
     test_file.write_text("# the user's own edits\n")
     res = cli("promote", str(snapshot), "--to", str(tests))
     assert res.exit_code == 2 and "already exist" in res.output and "--force" in res.output
@@ -132,3 +135,53 @@ def test_caught_by_prefers_the_reason_then_moved_values(tmp_path):
     assert names == [DIRECTION] and "moved" in how
     with pytest.raises(PromoteError):
         caught_by({"first_bad": "b" * 40, "probes": [{"commit": "b" * 40, "verdict": "good"}]})
+
+
+HOSTILE = '"""\nimport pathlib; pathlib.Path("PWNED").write_text("ran")\n"""'
+
+
+@pytest.mark.slow
+def test_nothing_in_a_snapshot_becomes_code_in_the_generated_test(snapshot, tmp_path):
+    """Every header field a snapshot carries, resealed with hostile text by the library's own save,
+    reaches the test as data: the generated module's source never changes with it, and running the
+    test runs none of it."""
+    snap = load_snapshot(snapshot)
+    snap.torch_version = snap.created = HOSTILE
+    snap.config["note"] = snap.meta[HOSTILE] = HOSTILE
+    snap.stats[HOSTILE] = 1.0
+    snap.hits = [Hit(HOSTILE, HOSTILE, 0, 1.0, HOSTILE)]
+    snap.code = CodeIdentity(HOSTILE, True, HOSTILE)
+    (tmp_path / "hostile").mkdir()
+    path = save_snapshot(tmp_path / "hostile" / "step-000000.pt", snap)
+    tests = tmp_path / "t"
+    res = cli("promote", str(path), "--to", str(tests), "--tolerance", "0")
+    clean = tmp_path / "clean"
+    assert cli("promote", str(snapshot), "--to", str(clean)).exit_code == 0
+    if res.exit_code == 1:          # the hostile statistic no longer replays: refused, nothing written
+        assert not (tests / "test_replay_step_000000.py").exists()
+        snap.stats.pop(HOSTILE)
+        path = save_snapshot(tmp_path / "hostile" / "step-000000.pt", snap)
+        res = cli("promote", str(path), "--to", str(tests))
+    assert res.exit_code == 0, res.output
+    source = (tests / "test_replay_step_000000.py").read_text()
+    assert source == (clean / "test_replay_step_000000.py").read_text() and "PWNED" not in source
+    assert "PWNED" in (tests / "test_replay_step_000000.json").read_text()     # kept, as data
+    ran = pytest_in(tests)
+    assert ran.returncode == 0 and not (tests / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
+
+
+def test_promote_to_a_file_is_one_line_and_exit_2(snapshot, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    res = cli("promote", str(snapshot), "--to", str(tmp_path / "afile"))
+    assert res.exit_code == 2 and "is a file" in res.output and res.output.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_the_promoted_test_finds_its_files_from_any_folder(snapshot, tmp_path):
+    tests = tmp_path / "repo" / "tests"
+    tests.mkdir(parents=True)
+    assert cli("promote", str(snapshot), "--to", str(tests)).exit_code == 0
+    for where in (tmp_path, tests, tmp_path / "repo"):
+        ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+                             cwd=where, capture_output=True, text=True, timeout=300)
+        assert ran.returncode == 0, (where, ran.stdout + ran.stderr)

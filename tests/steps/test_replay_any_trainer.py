@@ -78,3 +78,25 @@ def test_an_installed_registered_replayer_is_found_by_name(tmp_path, monkeypatch
         EntryPoint("mytrainer", "goodmod:run", "rlbisect.replayers")] if group == "rlbisect.replayers" else [])
     report = replay(_snapshot(tmp_path, "mytrainer"))
     assert report.moved == ["loss"]          # it ran: recorded 1.0, replayed 2.0
+
+
+@pytest.mark.slow
+def test_the_documented_example_of_ones_own_loop_replays_and_promotes(tmp_path):
+    """docs/steps.md, "Your own loop": the example's commands, as written, work."""
+    example = ROOT / "docs" / "examples" / "replay_my_loop.py"
+    assert "examples/replay_my_loop.py" in (ROOT / "docs" / "steps.md").read_text()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    trained = subprocess.run([sys.executable, str(example), str(tmp_path / "snaps")], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0 and len(trained.stdout.split()) == 5, trained.stderr
+    step = tmp_path / "snaps" / "step-000003.pt"
+    replayed = subprocess.run([sys.executable, "-m", "rlbisect", "replay", str(step), "--adapter",
+                               f"{example}:adapter"], env=env, capture_output=True, text=True, timeout=300)
+    assert replayed.returncode == 0 and "IDENTICAL" in replayed.stdout, replayed.stdout + replayed.stderr
+    promoted = subprocess.run([sys.executable, "-m", "rlbisect", "promote", str(step), "--to", str(tmp_path / "t"),
+                               "--adapter", f"{example}:adapter"], env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert promoted.returncode == 0, promoted.stderr
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "t")],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr

@@ -206,3 +206,16 @@ def test_detector_sets_do_not_share_state():
         a.update(step, {"clip_frac": 0.0, "ratio_max": 1.0})
     assert [h.detector for h in a.update(3, {"clip_frac": 0.0, "ratio_max": 1.0})] == ["stuck:no_clipping"]
     assert b.update(0, {"clip_frac": 0.0, "ratio_max": 1.0}) == []
+
+
+def test_a_huge_jump_inside_the_warm_up_fires_and_noise_does_not():
+    from rlbisect.steps.spikes import MadSpike
+    from rlbisect.steps.spike_rules import MadRule
+    rule = MadRule(signal="grad_norm", k=20.0)
+    spiky = MadSpike(rule)
+    hits = [h for step, x in enumerate([0.2, 0.25, 0.21, 0.19, 0.22, 220.0]) for h in spiky.update(step, {"grad_norm": x})]
+    assert [(h.step, h.detector) for h in hits] == [(5, "mad:grad_norm")] and "inside the warm-up" in hits[0].message
+    calm = MadSpike(rule)
+    assert not [h for step, x in enumerate([0.2, 1.5, 0.3, 3.0, 0.2]) for h in calm.update(step, {"grad_norm": x})]
+    noise = MadSpike(MadRule(signal="logp_gap", min_value=1e-6))   # float noise jumps 100x, below the floor
+    assert not [h for step, x in enumerate([1e-9, 1e-7, 2e-9]) for h in noise.update(step, {"logp_gap": x})]

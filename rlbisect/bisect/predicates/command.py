@@ -22,6 +22,7 @@ from rlbisect._proc.runner import run
 from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe,
                                         stopped, tail)
 from rlbisect.errors import Cause, InputError, Verdict
+from rlbisect.git.repo import probe_env
 
 
 def verdict_from_exit(code: int) -> Verdict:
@@ -48,17 +49,20 @@ def judged_on_good(probe: Probe, check: Probe) -> Probe:
 
 
 def file_digests(argv: Sequence[str], cwd: Path) -> dict[str, str]:
-    """sha256 of the executable and of every argument that names an existing file (relative
-    to ``cwd`` or absolute): a predicate whose script changed is a different predicate."""
+    """sha256 of the executable and of every argument that names an existing file (relative to
+    ``cwd`` or absolute), also as ``FILE.py:NAME`` or ``--option=FILE``: a predicate whose script
+    or adapter file changed is a different predicate."""
     out = {}
     for i, arg in enumerate(argv):
-        found = shutil.which(arg) if i == 0 and os.sep not in arg else None
-        path = Path(found) if found else (cwd / arg if not os.path.isabs(arg) else Path(arg))
-        if _is_file(path):
-            try:
-                out[arg] = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError:
-                continue
+        value = arg.split("=", 1)[-1] if arg.startswith("-") else arg
+        for name in dict.fromkeys([value, value.rpartition(":")[0]]):
+            found = shutil.which(name) if i == 0 and name and os.sep not in name else None
+            path = Path(found) if found else (cwd / name if not os.path.isabs(name) else Path(name))
+            if name and _is_file(path):
+                try:
+                    out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+                except OSError:
+                    continue
     return out
 
 
@@ -105,7 +109,7 @@ class CommandPredicate(BasePredicate):
         missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a)], "the command")
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        r = run(self.argv, worktree, timeout)
+        r = run(self.argv, worktree, timeout, probe_env())
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
             return stopped(r.timed_out, r.seconds, timeout, output=output)

@@ -28,6 +28,7 @@ from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options
                                         from_worker)
 from rlbisect.bisect.predicates.command import file_digests, missing_here
 from rlbisect.errors import Cause, Verdict
+from rlbisect.git.repo import probe_env
 
 
 class InvariantsOptions(Options):
@@ -78,7 +79,7 @@ class InvariantsPredicate(BasePredicate):
         return args
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        reply, done = ask(__name__, self.args(), worktree, timeout)
+        reply, done = ask(__name__, self.args(), worktree, timeout, probe_env())
         return from_worker(reply, done, timeout, "the checks")
 
 

@@ -164,9 +164,9 @@ class ShortRunPredicate(BasePredicate):
             return Probe(Verdict.SKIP, reason=f"{metric} is not in {side} runs (they log: "
                          f"{', '.join(have) or 'nothing'})", seconds=seconds, cause=Cause.CANNOT_RUN)
         if j.went_nonfinite:
-            m = j.went_nonfinite[0]
-            return Probe(Verdict.BAD, {m: statistics.fmean(j.other[m])}, f"{m} is not finite at this "
-                         f"commit ({j.other[m]}) while GOOD's is", seconds, Cause.RAISED, detail={"metrics": [
+            m, how = next(iter(j.went_nonfinite.items()))
+            return Probe(Verdict.BAD, {m: statistics.fmean(j.other[m])}, f"{m} is not a finite number at "
+                         f"this commit ({how}) while GOOD's is", seconds, Cause.RAISED, detail={"metrics": [
                              {"metric": m, "good": j.good[m], "probe": j.other[m], "p": 0.0, "decides": True}]})
         if j.decision is None:   # more seeds cannot help: nothing to compare
             return Probe(Verdict.SKIP, reason="no metric is logged (finite) by both GOOD's runs and this "

@@ -31,6 +31,7 @@ from rlbisect._proc.worker import CannotRun, Reply, first_line, worker_main
 from rlbisect.bisect.predicates import PredicateError, Probe, from_worker, stopped, tail
 from rlbisect.bisect.predicates.command import file_digests, missing_here
 from rlbisect.errors import Cause, Verdict
+from rlbisect.git.repo import probe_env
 from rlbisect.runs.read import RunLogError, read_rows
 
 PLACEHOLDERS = ("{seed}", "{steps}", "{out}")
@@ -86,7 +87,7 @@ class CommandRunner:
                        .replace("{out}", str(out))
         metrics = worktree / fill(self.metrics_file)   # {out} makes it absolute
         metrics.unlink(missing_ok=True)   # never read a file an earlier seed left in the checkout
-        r = run([fill(a) for a in self.argv], worktree, timeout)
+        r = run([fill(a) for a in self.argv], worktree, timeout, probe_env())
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
             return None, stopped(r.timed_out, r.seconds, timeout, f"the run with seed {seed}", output), r.seconds
@@ -124,7 +125,7 @@ class FunctionRunner:
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
         args = ["--runner", self.runner, "--steps", str(steps), "--seeds", ",".join(map(str, seeds))]
-        reply, done = ask(__name__, args, worktree, timeout)
+        reply, done = ask(__name__, args, worktree, timeout, probe_env())
         probe = from_worker(reply, done, timeout, "the runner")
         if reply is None or probe.verdict is not Verdict.GOOD:
             return Runs(failure=probe, seconds=done.seconds)

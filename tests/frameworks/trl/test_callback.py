@@ -4,6 +4,7 @@ and `rlbisect replay --adapter` replays a saved step bit for bit (and reports a 
 from __future__ import annotations
 
 import contextlib
+import json
 import io
 import os
 import subprocess
@@ -93,8 +94,8 @@ def test_promote_with_an_adapter_writes_a_test_that_passes(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         done = promote(callback.hook.saved[-1], tmp_path / "regress", adapter="rlbisect.frameworks.trl:demo",
                        adapter_opts={"num_iterations": 1})
-    text = done.test.read_text()
-    assert 'ADAPTER = "rlbisect.frameworks.trl:demo"' in text
+    data = json.loads(done.test.with_suffix(".json").read_text())
+    assert data["adapter"] == "rlbisect.frameworks.trl:demo" and data["adapter_opts"] == {"num_iterations": 1}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(done.test)],
                          capture_output=True, text=True, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)

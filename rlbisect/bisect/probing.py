@@ -1,0 +1,169 @@
+"""Running the predicate for the driver: rounds of probes, the cache, the record, and the checks
+made once an answer stands (``--verify`` and diagnose).
+
+One :class:`Prober` per bisect. A round recalls what the cache agrees on (no slot is spent on it),
+runs the rest at once on the executor, each in its own slot of the run's sandbox, caches each result
+as it arrives, and records every probe in the result. Cached verdicts that disagree are probed
+again, and the probe says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_futures
+from functools import partial
+
+from rlbisect._proc.signals import SignalTrap
+from rlbisect.bisect.cache import ProbeCache, flaky_identity
+from rlbisect.bisect.diagnose import compare
+from rlbisect.bisect.executors import Checkout, Executor
+from rlbisect.bisect.options import BisectOptions
+from rlbisect.bisect.predicates import Predicate, Probe
+from rlbisect.bisect.predicates.command import judged_on_good
+from rlbisect.bisect.report import BisectResult, ProbeRecord, Progress
+from rlbisect.errors import Verdict
+from rlbisect.git.repo import Repo
+from rlbisect.git.sandbox import Sandbox
+
+#: ``--verify`` by default: one re-run each of the culprit and its parent when probes are cheap.
+CHEAP_PROBE = 10.0
+
+
+class Prober:
+    """How one bisect runs its predicate (see the module docstring)."""
+
+    def __init__(self, user: Repo, sandbox: Sandbox, predicate: Predicate, executor: Executor,
+                 options: BisectOptions, result: BisectResult, trap: SignalTrap, progress: Progress,
+                 recall: bool):
+        self.user, self.sandbox, self.predicate, self.executor = user, sandbox, predicate, executor
+        self.options, self.result, self.trap, self.progress = options, result, trap, progress
+        self.recall = recall     # False: every run is fresh evidence (a noisy predicate)
+        self.cache = ProbeCache.for_git_dir(user.common_dir, options.use_cache)
+        self.identity = ""       # known once the predicate is set up (short runs name GOOD in it)
+        self.first_run = True    # git checks a 126/127 on GOOD at its first run only
+
+    def tree(self, sha: str) -> str:
+        if sha not in self.result.commits:
+            self.result.commits[sha] = self.user.info(sha)
+        return self.result.commits[sha].tree
+
+    def store(self, commit: str, probe: Probe) -> None:
+        key = self.identity if self.recall else flaky_identity(self.identity)
+        self.cache.put(self.tree(commit), commit, key, probe)
+
+    def record(self, commit: str, probe: Probe, cached: bool, overhead: float, role: str = "",
+               recorded: str = "") -> ProbeRecord:
+        res = self.result
+        role = role or {res.good: "GOOD", res.bad: "BAD"}.get(commit, "")
+        rec = ProbeRecord(len(res.probes) + 1, commit, probe.verdict, probe.seconds, probe.values,
+                          probe.reason, cached, res.commits[commit].subject, self.tree(commit),
+                          overhead, probe.output, res.rounds, role, probe.detail, probe.cause, recorded)
+        res.probes.append(rec)
+        self.progress.probe(rec)
+        return rec
+
+    # -- one round --------------------------------------------------------------------------
+
+    def round(self, picks: list[str]) -> list[tuple[str, Probe]]:
+        """Probe ``picks`` (recalling what the cache agrees on); record and return the outcomes."""
+        recalled = {c: self.cache.recall(self.tree(c), self.identity) for c in picks} if self.recall else {}
+        known: list[tuple[str, Probe]] = []
+        for c, r in recalled.items():
+            if r.probe is not None:
+                self.record(c, r.probe, True, 0.0, recorded=r.recorded)
+                known.append((c, r.probe))
+        if known:   # no slot for what the cache knows: mark it, then plan again
+            return known
+        self.result.rounds += 1
+        self.progress.status(f"round {self.result.rounds}: probing {' '.join(c[:10] for c in picks)}")
+        fresh = self.execute(picks)
+        if self.first_run:
+            self.first_run = False
+            fresh.update(self._check_exit_codes(fresh))
+        out = []
+        for c, (probe, overhead) in fresh.items():
+            if c in recalled and recalled[c].disagree:
+                probe.reason += (f"; probed again: its cached verdicts disagree "
+                                 f"({' and '.join(recalled[c].disagree)}), the predicate may be flaky")
+            self.record(c, probe, False, overhead)
+            out.append((c, probe))
+        return out
+
+    def execute(self, commits: list[str], store: bool = True) -> dict[str, tuple[Probe, float]]:
+        """Run the predicate on ``commits`` at once -> {commit: (probe, our overhead)}."""
+        t0, out, futures = time.perf_counter(), {}, {}
+        try:
+            for slot, c in enumerate(commits):
+                co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,
+                              local=partial(self.sandbox.checkout, c, f"probe{slot}"))
+                futures[self.executor.submit(c, co, self.predicate, self.options.timeout)] = c
+            pending: set[Future] = set(futures)
+            while pending:
+                done, pending = wait_futures(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                for f in done:
+                    c, probe = futures[f], f.result()
+                    out[c] = (probe, max(0.0, time.perf_counter() - t0 - probe.seconds))
+                    if store and not (self.first_run and probe.confirm_on_good):
+                        self.store(c, probe)
+                self.trap.check()
+        finally:
+            if pending := {f for f in futures if not f.done()}:
+                self.executor.stop(pending)   # a signal or an error: end them before cleanup
+        return {c: out[c] for c in commits}
+
+    def _check_exit_codes(self, fresh: dict) -> dict[str, tuple[Probe, float]]:
+        """git's check at its first run: a 126/127 that GOOD gives too means the command cannot
+        run at all, so those bad verdicts become an abort. GOOD's run is kept as evidence."""
+        suspects = [c for c, (p, _) in fresh.items() if p.confirm_on_good and p.verdict is Verdict.BAD]
+        extra: dict[str, tuple[Probe, float]] = {}
+        if suspects and self.result.good not in fresh:
+            extra = self.execute([self.result.good], store=False)
+            for c in suspects:
+                fresh[c] = (judged_on_good(fresh[c][0], extra[self.result.good][0]), fresh[c][1])
+        for c, (p, _) in {**fresh, **extra}.items():
+            if p.confirm_on_good:
+                self.store(c, p)
+        return extra
+
+    # -- once an answer stands ----------------------------------------------------------------
+
+    def verify(self, culprit: str, parent: str) -> str | None:
+        """``--verify N``: run the culprit and its parent N more times each -> what disagreed with
+        the verdicts the answer rests on (bad at the culprit, good at its parent), or None."""
+        times = self.options.verify
+        if times is None:      # the default: once, when a probe is cheap
+            seconds = [p.seconds for p in self.result.probes]
+            times = 1 if seconds and statistics.median(seconds) < CHEAP_PROBE else 0
+        for i in range(times):
+            self.trap.check()
+            self.progress.status(f"verify {i + 1}/{times}: {culprit[:10]} and its parent {parent[:10]} again")
+            for c, (probe, overhead) in self.execute([culprit, parent]).items():
+                self.record(c, probe, False, overhead, role="verify")
+                want = Verdict.BAD if c == culprit else Verdict.GOOD
+                if probe.verdict is not want:
+                    return (f"the predicate is not deterministic: {c[:12]} was {want} and is now "
+                            f"{probe.verdict} ({probe.reason}); use --flaky, or --no-cache if something "
+                            "it reads outside the repository changed")
+        return None
+
+    def diagnose(self, first_bad: str, parent: str | None) -> dict:
+        """Values at the first bad commit and its first parent (probed, uncounted, if need be)."""
+        known = {p.commit: p for p in self.result.probes if p.verdict in (Verdict.GOOD, Verdict.BAD)}
+        bad_probe = known.get(first_bad)
+        if parent is None or (bad_probe is not None and set(bad_probe.values) <= {"exit_code"}):
+            return {}   # an exit code says nothing more: not worth another (maybe hour-long) run
+
+        def measured(sha: str) -> tuple[dict, str]:
+            if sha in known:
+                return known[sha].values, known[sha].verdict
+            probe = self.cache.get(self.tree(sha), self.identity)
+            if probe is None:
+                self.trap.check()
+                self.progress.status(f"diagnose: probing {sha[:10]} {self.result.commits[sha].subject}")
+                probe = self.execute([sha])[sha][0]
+            return probe.values, probe.verdict
+        (pv, pverdict), (bv, bverdict) = measured(parent), measured(first_bad)
+        return {"parent": parent, "parent_verdict": pverdict, "first_bad": first_bad,
+                "first_bad_verdict": bverdict, "rows": compare(pv, bv)}
