@@ -35,8 +35,8 @@ class BisectOptions(BaseModel):
                                   "predicate would mislead)")
     verify: int | None = Field(None, ge=0, description="before answering, run the first bad commit and "
                                "its parent this many more times each; any run that disagrees ends "
-                               "with no culprit, exit 3 (default: 1 when the median probe took under "
-                               "10 s, else 0)")
+                               "with no culprit, exit 3 (default: 3 when the median probe took under "
+                               "1 s, 1 under 10 s, else 0)")
     jobs: int = Field(1, ge=1, description="commits probed at once, each in its own checkout "
                       "(k-ary search: about log_(J+1) N rounds)")
     executor: Literal["local", "ray"] = Field("local", description="where probes run: this "

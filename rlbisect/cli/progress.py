@@ -39,6 +39,8 @@ class LiveProgress(Progress):
             print(text, flush=True)
 
     def probe(self, rec: ProbeRecord) -> None:
+        if rec.role == "verify" and rec.verdict in ("good", "bad"):   # agreeing re-runs: the summary counts them
+            return
         self._print(probe_line(rec))
         first_failure = rec.verdict == "bad" and not self.shown_failure
         if rec.output and (first_failure or rec.verdict in ("skip", "abort")):

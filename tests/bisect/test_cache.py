@@ -180,7 +180,7 @@ def test_a_file_the_predicate_reads_without_naming_it_is_caught_by_verify(tiny_r
     cmd = ["sh", "-c", f'test "$(cat n)" -lt "$(cat {limit})"']
     spec = ["main~11..main", "--repo", str(r.path), "--"]
     code, _, first = run_cli(spec + cmd)
-    assert code == 0 and first["first_bad"] == r.shas[10] and first["n_verify"] == 2
+    assert code == 0 and first["first_bad"] == r.shas[10] and first["n_verify"] == 6
     limit.write_text("6")
     code, out, stale = run_cli(spec + cmd)
     assert code == 3 and stale["first_bad"] is None and stale["status"] == "unsure"

@@ -23,8 +23,8 @@ def test_finds_the_first_bad_commit_and_writes_every_output(tiny_repo, run_cli, 
     assert data["first_bad"] == r.shas[5] and data["candidates"] == [r.shas[5]]
     assert data["good"] == r.shas[0] and data["bad"] == r.shas[8]
     assert data["n_probes"] == 3  # ceil(log2(8))
-    # a cheap predicate is verified by default: the culprit and its parent once more each
-    assert data["n_verify"] == 2 and len(data["probes"]) == 5 and "and 2 verification runs" in out
+    # a quick predicate is verified by default: the culprit and its parent three more times each
+    assert data["n_verify"] == 6 and len(data["probes"]) == 9 and "and 6 verification runs" in out
     assert {(p["commit"], p["verdict"]) for p in data["probes"][3:]} == {(r.shas[5], "bad"), (r.shas[4], "good")}
     assert {"commit", "verdict", "seconds", "values"} <= set(data["probes"][0])
     assert data["probes"][0]["values"] == {"exit_code": 0.0 if data["probes"][0]["verdict"] ==
@@ -154,8 +154,8 @@ def test_range_of_one_commit_rests_on_both_endpoints_so_both_are_probed(tiny_rep
     r = tiny_repo(["good", "bad"])
     rc, out, data = run_cli(["main~1..main", "--repo", str(r.path), "--", *state_cmd])
     assert rc == 0 and data["first_bad"] == r.shas[1], out
-    assert [(p["role"], p["verdict"]) for p in data["probes"]] == [("GOOD", "good"), ("BAD", "bad"),
-                                                                   ("verify", "bad"), ("verify", "good")]
+    assert [(p["role"], p["verdict"]) for p in data["probes"]] == [("GOOD", "good"), ("BAD", "bad")] + \
+        [("verify", "bad"), ("verify", "good")] * 3
 
 
 def test_a_bisect_in_progress_in_the_users_worktree_is_left_alone(tiny_repo, run_cli, state_cmd):
