@@ -26,10 +26,9 @@ BENIGN = [
     Edit("train: vectorize policy-token lengths", (("train.py",
          "lengths = [sum(1 for o in t.owner if o == 1) for t in trajs]",
          "lengths = [t.owner.count(1) for t in trajs]"),)),
-    Edit("losses: name the clipped surrogate", (("losses.py",
-         "    loss = aggregate(-pessimistic(ratio * adv, clipped * adv), mask, mode, bug)",
-         "    surrogate = pessimistic(ratio * adv, clipped * adv)                        # [B, T-1]\n"
-         "    loss = aggregate(-surrogate, mask, mode, bug)"),)),
+    Edit("losses: say which bound the surrogate takes", (("losses.py",
+         "        surrogate = pessimistic(ratio * adv, clipped * adv)",
+         "        surrogate = pessimistic(ratio * adv, clipped * adv)   # [B, T-1]: the pessimistic bound"),)),
     Edit("update: sort imports", (("update.py",
          "from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss\n"
          "from .policy import selected_log_probs\n",

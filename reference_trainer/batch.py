@@ -20,9 +20,12 @@ def pad_rows(rows: list[list], width: int, value) -> torch.Tensor:
     return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows])
 
 
-def collate(trajs: list[Trajectory], pad_id: int, group_size: int) -> dict[str, torch.Tensor]:
+def collate(trajs: list[Trajectory], pad_id: int, group_size: int, bug: str | None = None) -> dict[str, torch.Tensor]:
     """Right-padded batch. Positions t of the [B, T-1] tensors describe predicting token t+1."""
     T = max(len(t.ids) for t in trajs)
+    rewards = [t.reward for t in trajs]
+    if bug == "rewards_misaligned":   # collected in the order episodes finished, not row order (verl-project/verl#2185)
+        rewards = [trajs[i].reward for i in sorted(range(len(trajs)), key=lambda i: trajs[i].info.n_turns)]
     owner = pad_rows([t.owner for t in trajs], T, OWNER["pad"])                  # [B, T]
     return {
         "ids": pad_rows([t.ids for t in trajs], T, pad_id),                       # [B, T]
@@ -30,7 +33,7 @@ def collate(trajs: list[Trajectory], pad_id: int, group_size: int) -> dict[str, 
         "action_mask": (owner[:, 1:] == OWNER["policy"]).float(),                   # [B, T-1]
         "owner": owner,                                                             # [B, T]
         "sample_logp": pad_rows([t.sample_logp for t in trajs], T, 0.0)[:, 1:].float(),  # [B, T-1]
-        "rewards": torch.tensor([t.reward for t in trajs], dtype=torch.float),     # [B]
+        "rewards": torch.tensor(rewards, dtype=torch.float),                       # [B]
         "groups": torch.arange(len(trajs)) // group_size,                           # [B]
     }
 

@@ -71,7 +71,12 @@ class SamplerConfig(_Stage):
 class UpdateConfig(_Stage):
     """The PPO/GRPO update."""
 
-    lr: float = Field(6e-4, gt=0, description="Adam learning rate")
+    lr: float = Field(6e-4, gt=0, description="peak learning rate")
+    optimizer: Literal["adam", "adamw"] = Field("adam", description="torch.optim.Adam, or AdamW (decoupled weight decay)")
+    weight_decay: float = Field(0.0, ge=0, description="the optimizer's weight decay")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="after warmup: constant, or a linear or cosine decay to 0 over the run's optimizer steps")
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warmup: step n trains at lr (n + 1) / warmup_steps")
     clip_eps: float = Field(0.2, gt=0, description="PPO ratio clip: ratio is clipped to [1 - eps, 1 + eps]")
     epochs: int = Field(1, ge=1, le=100, description="passes over each batch")
     minibatches: int = Field(2, ge=1, le=4096, description="optimizer steps per epoch (the batch is split by rows)")

@@ -55,8 +55,8 @@ class Trajectory:
 
 
 class Env:
-    def __init__(self, task: Task, tok: Tokenizer, cfg: EnvConfig):
-        self.task, self.tok, self.cfg = task, tok, cfg
+    def __init__(self, task: Task, tok: Tokenizer, cfg: EnvConfig, bug: str | None = None):
+        self.task, self.tok, self.cfg, self.bug = task, tok, cfg, bug
         self.code = task.buggy
         self.done = False
         self.info = EpisodeInfo(task=task.name)
@@ -75,6 +75,8 @@ class Env:
             return body[0], None
         if len(body) == 2 and body[0] == "edit" and body[1].isdigit() and int(body[1]) < N_FIXES:
             return "edit", int(body[1])
+        if self.bug == "malformed_executed" and body and body[0] == "edit":   # a bad argument defaulted, the call run (radixark/miles#2689)
+            return "edit", 0
         return None
 
     def step(self, call: list[int]) -> list[int]:

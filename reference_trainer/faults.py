@@ -78,6 +78,48 @@ CATALOGUE = {
                        "(needs --reward public or --max-turns != 6) -> 'rewards = the configured reward rule'",
     "unsubmitted_rewarded": "episodes that run out of turns are scored on the public tests of their last code "
                             "-> 'rewards = the configured reward rule' (stalling pays)",
+    # the loop between steps (train.py): what the sampler runs, which tasks it is given
+    "sampler_stale": "the trainer's weights are never pushed to the sampler's copy: every step samples the "
+                     "starting policy -> 'sampler = trainer log-prob, every step'",
+    "tasks_reseeded": "the task draw re-seeded each step: every step trains on the same tasks -> the task stream check",
+    "tasks_with_replacement": "a step's tasks drawn with replacement: repeated tasks -> the task stream check",
+    "group_tiled": "the task list tiled G times instead of each task repeated G times: a group mixes tasks "
+                   "-> 'each group holds one task'",
+    "heldout_in_train": "the tasks an evaluation used join the training pool: later steps train on held-out "
+                        "tasks -> the task stream check",
+    # the optimizer the loop steps (update.py)
+    "optimizer_lr_ignored": "the optimizer built without the configured learning rate (torch's default 1e-3) "
+                            "-> 'learning rate = the schedule'",
+    "weight_decay_ignored": "the configured weight decay never reaches the optimizer (needs weight_decay > 0) "
+                            "-> 'optimizer = the configured one'",
+    "clip_grad_after_step": "the gradient clipped after the optimizer step, so the step applies it unclipped "
+                            "-> 'gradients clipped to max_grad_norm before each step'",
+    "grad_clip_hardcoded": "gradients clipped at 1.0 whatever max_grad_norm says (needs max_grad_norm != 1) "
+                           "-> 'gradients clipped to max_grad_norm before each step'",
+    "scheduler_per_microbatch": "the schedule stepped once per microbatch, not per optimizer step (needs a "
+                                "schedule and microbatches > 1) -> 'learning rate = the schedule'",
+    "warmup_zero_first": "warmup factor n / warmup: the first step trains at lr 0 (needs warmup_steps > 0) "
+                         "-> 'learning rate = the schedule'",
+    # objective terms at their exact values, paths off the default (losses.py, update.py)
+    "kl_k3_reversed": "k3 with x = logp - ref_logp: not an estimate of KL(policy || ref) (needs kl_coef > 0) "
+                      "-> 'loss = the declared objective'",
+    "kl_unmasked": "the KL term averaged over every position, prompt and padding included (needs kl_coef > 0) "
+                   "-> 'loss = the declared objective'",
+    "ref_untempered": "reference log-probs from untempered logits (needs temperature != 1 and kl_coef > 0) "
+                      "-> 'reference log-probs = the starting policy's'",
+    "entropy_untempered": "the entropy bonus taken on untempered logits (needs entropy_coef > 0 and temperature "
+                          "!= 1) -> 'loss = the declared objective'",
+    "entropy_unmasked": "the entropy bonus averaged over every position (needs entropy_coef > 0) "
+                        "-> 'loss = the declared objective'",
+    "clip_min_before_advantage": "min(ratio, clip(ratio)) * A: the clip ignores A's sign (needs ratio outside "
+                                 "the clip range) -> 'loss = the declared objective', check 10",
+    "token_norm_over_batch": "each minibatch's token mean divided by the whole batch's tokens: the gradient "
+                             "shrinks by the number of minibatches -> check 6",
+    # values stored for the loss, the environment's contract
+    "rewards_misaligned": "rewards collected in the order episodes finished, not row order -> 'advantages = "
+                          "the declared estimator of each episode's reward'",
+    "malformed_executed": "an edit call with a missing or bad argument is run as edit 0 instead of rejected "
+                          "-> 'malformed calls are rejected'",
 }
 
 # The setting a fault needs to bite (beyond the defaults); the rest bite at the defaults.
@@ -92,6 +134,17 @@ NEEDS = {
     "ref_synced": {"kl_coef": 0.1},
     "zero_grad_per_micro": {"microbatches": 2},
     "env_cfg_ignored": {"reward": "public"},
+    "weight_decay_ignored": {"weight_decay": 0.01},
+    "grad_clip_hardcoded": {"max_grad_norm": 0.001},
+    "scheduler_per_microbatch": {"lr_schedule": "linear", "microbatches": 2},
+    "warmup_zero_first": {"warmup_steps": 2},
+    "kl_k3_reversed": {"kl_coef": 0.1},
+    "kl_unmasked": {"kl_coef": 0.1},
+    "ref_untempered": {"kl_coef": 0.1, "temperature": 0.7},
+    "entropy_untempered": {"entropy_coef": 0.01, "temperature": 0.7},
+    "entropy_unmasked": {"entropy_coef": 0.01},
+    "clip_min_before_advantage": {"ratio_outside_clip": True},
+    "clip_grad_after_step": {"max_grad_norm": 0.001},
 }
 
 BUGS = {**CHAPTER, **CATALOGUE}

@@ -51,7 +51,11 @@ def policy_loss(logp, old_logp, advantages, mask, clip_eps: float, mode: str, bu
     low = clip_eps if bug == "clip_low_eps" else 1 - clip_eps                 # [eps, 1 + eps] (ChenmienTan/RL2#21)
     clipped = ratio.clamp(low, 1 + clip_eps)
     pessimistic = torch.max if bug == "clip_max" else torch.min               # the min left out (tensorforce/tensorforce#106)
-    loss = aggregate(-pessimistic(ratio * adv, clipped * adv), mask, mode, bug)
+    if bug == "clip_min_before_advantage":   # min(ratio, clipped) * A ignores A's sign (takuseno/ppo#3)
+        surrogate = torch.min(ratio, clipped) * adv
+    else:
+        surrogate = pessimistic(ratio * adv, clipped * adv)
+    loss = aggregate(-surrogate, mask, mode, bug)
     with torch.no_grad():
         on = mask > 0
         r = ratio[on] if on.any() else torch.ones(1)
@@ -64,12 +68,13 @@ def policy_loss(logp, old_logp, advantages, mask, clip_eps: float, mode: str, bu
     return loss, stats
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3", bug=None) -> torch.Tensor:
     """Per-token KL(pi || ref) estimate from sampled tokens."""
     if kind == "k1":
         return logp - ref_logp
     if kind == "k3":
-        x = ref_logp - logp
+        # kl_k3_reversed: x = logp - ref, whose e^x has mean != 1 under the policy (walkinglabs/hands-on-modern-rl#27)
+        x = logp - ref_logp if bug == "kl_k3_reversed" else ref_logp - logp
         return x.exp() - x - 1
     raise ValueError(f"unknown kl_kind {kind!r}")
 

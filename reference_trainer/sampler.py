@@ -24,7 +24,7 @@ __all__ = ["OWNER", "Trajectory", "sample_episodes", "sample_groups"]
 def sample_episodes(model, tasks: list[Task], tok: Tokenizer, env_cfg: EnvConfig, temperature: float,
                     generator: torch.Generator, use_cache: bool = True, bug: str | None = None) -> list[Trajectory]:
     """One episode per entry of `tasks`, all sampled in lockstep."""
-    envs = [Env(t, tok, env_cfg) for t in tasks]
+    envs = [Env(t, tok, env_cfg, bug) for t in tasks]
     B = len(envs)
     queued = [env.reset() for env in envs]                      # forced tokens waiting, per row
     queued_owner = [OWNER["prompt"]] * B
@@ -80,6 +80,8 @@ def sample_groups(model, tasks: list[Task], tok: Tokenizer, env_cfg: EnvConfig, 
                   bug: str | None = None) -> list[Trajectory]:
     """`group_size` episodes of each task, laid out group by group: [task0 x G, task1 x G, ...]."""
     episodes = [t for t in tasks for _ in range(sampler_cfg.group_size)]
+    if bug == "group_tiled":   # tasks tiled, not repeated in place: a group mixes tasks (StarsfieldAI/R1-V#67)
+        episodes = [t for _ in range(sampler_cfg.group_size) for t in tasks]
     temp = sampler_cfg.temperature if temperature is None else temperature
     if bug == "env_cfg_ignored":   # a default beats the configured one (mozilla-ai/any-agent#732)
         env_cfg = EnvConfig()

@@ -7,6 +7,7 @@ count is fixed. The same seed gives the same rows, bit for bit, except keys cont
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Callable, Optional
 
@@ -20,7 +21,7 @@ from .faults import SAMPLER_TEMP, check_bug
 from .sampler import Trajectory, sample_episodes, sample_groups
 from .tasks import Task
 from .tokenizer import Tokenizer
-from .update import make_ref, rl_update
+from .update import make_optimizer, make_ref, make_scheduler, rl_update
 
 
 def rollout_row(trajs: list[Trajectory], group_size: int) -> dict:
@@ -61,13 +62,32 @@ def evaluate(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, generator:
     return {"pass_rate": sum(t.info.hidden_pass for t in trajs) / len(trajs)}
 
 
+def pick_tasks(tasks: list[Task], n: int, gen: torch.Generator, seed: int, bug=None) -> list[Task]:
+    """This step's `n` distinct training tasks, drawn from the training stream."""
+    if bug == "tasks_reseeded":   # the draw re-seeded every step: the same tasks each step (NVIDIA-NeMo/RL#239)
+        gen = torch.Generator().manual_seed(seed)
+    if bug == "tasks_with_replacement":   # duplicates within a step (oumi-ai/oumi#1542)
+        return [tasks[i] for i in torch.randint(len(tasks), (n,), generator=gen).tolist()]
+    return [tasks[i] for i in torch.randperm(len(tasks), generator=gen)[:n].tolist()]
+
+
+def sync_sampler(sampler, model, bug=None) -> None:
+    """Push the trainer's weights to the sampler (an inference engine's copy), after every update."""
+    if bug == "sampler_stale":   # the push gated on an unrelated flag, off (verl-project/verl#4248)
+        return
+    with torch.no_grad():
+        for s, p in zip(sampler.parameters(), model.parameters()):
+            s.copy_(p)
+
+
 def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, bug: Optional[str] = None,
           eval_tasks: Optional[list[Task]] = None, eval_every: int = 8,
-          on_row: Optional[Callable[[dict], None]] = None, hook=None) -> list[dict]:
+          on_row: Optional[Callable[[dict], None]] = None, hook=None, tap=None) -> list[dict]:
     """Train `model` in place for `steps` steps -> the metric rows (also passed to `on_row`).
 
     `hook`, if given, is an rlbisect SnapshotHook: it keeps the pre-update state and saves it when a
-    detector fires on the row (or every k steps).
+    detector fires on the row (or every k steps). `tap`, if given, is rlbisect's observation tap
+    (rlbisect.check.observe): shown each step's batch, each loss and each evaluation.
     """
     check_bug(bug)
     torch.set_num_threads(cfg.threads)
@@ -75,19 +95,26 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
     gen = torch.Generator().manual_seed(cfg.seed)
     sampler_temp = SAMPLER_TEMP if bug == "sampler_temp" else None   # None: the sampler's own setting
     ref_model = make_ref(model, cfg, bug)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.update.lr)
+    sampler = copy.deepcopy(model).requires_grad_(False)   # the inference engine's copy of the weights
+    u = cfg.update
+    optimizer = make_optimizer(model, u, bug)
+    scheduler = make_scheduler(optimizer, u, steps * u.epochs * u.minibatches, bug)
     history = []
     for step in range(steps):
         t0 = time.perf_counter()
         if bug == "optimizer_per_step" and step:   # rebuilt each step, its moments lost (alan-turing-institute/deepsensor#47)
-            optimizer = torch.optim.Adam(model.parameters(), lr=cfg.update.lr)
-        picked = [tasks[i] for i in torch.randperm(len(tasks), generator=gen)[: cfg.sampler.tasks_per_step].tolist()]
-        trajs = sample_groups(model, picked, tok, cfg.env, cfg.sampler, gen, temperature=sampler_temp, bug=bug)
-        batch = collate(trajs, tok.pad_id, cfg.sampler.group_size)
+            optimizer = make_optimizer(model, u, bug)
+            scheduler = make_scheduler(optimizer, u, steps * u.epochs * u.minibatches, bug)
+        picked = pick_tasks(tasks, cfg.sampler.tasks_per_step, gen, cfg.seed, bug)
+        trajs = sample_groups(sampler, picked, tok, cfg.env, cfg.sampler, gen, temperature=sampler_temp, bug=bug)
+        batch = collate(trajs, tok.pad_id, cfg.sampler.group_size, bug)
+        if tap is not None:
+            tap("sampled", step=step, model=model, batch=batch, trajs=trajs)
         if hook is not None:
             hook.before_update(step, model=model, optimizer=optimizer, batch=batch, generators={"train": gen},
                                frozen={"ref": ref_model})   # stored only when a snapshot is saved
-        update_stats = rl_update(model, optimizer, batch, cfg, bug, ref_model, gen)
+        update_stats = rl_update(model, optimizer, batch, cfg, bug, ref_model, gen, tap, scheduler)
+        sync_sampler(sampler, model, bug)
         if bug == "ref_synced" and ref_model is not None:   # reference synced to the policy every step (aburkov/theLMbook#8)
             ref_model.load_state_dict(model.state_dict())
         row = {"step": step, **rollout_row(trajs, cfg.sampler.group_size), **update_stats}
@@ -95,7 +122,13 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
             example = trajs[int(torch.randint(len(trajs), (1,), generator=gen))]   # noqa: F841 (shown by a verbose logger)
         if eval_tasks is not None and (step % eval_every == 0 or step == steps - 1):
             eval_gen = gen if bug == "eval_train_rng" else torch.Generator().manual_seed(step)   # karpathy/char-rnn#17
+            if tap is not None:
+                tap("eval_begin", step=step, model=model, tasks=[t.index for t in eval_tasks])
             row["eval_pass"] = evaluate(model, eval_tasks, tok, cfg, eval_gen)["pass_rate"]
+            if tap is not None:
+                tap("eval_end", step=step, model=model)
+            if bug == "heldout_in_train":   # evaluated tasks join the training pool (corail-research/SeaPearl.jl#187)
+                tasks = tasks + [t for t in eval_tasks if t not in tasks]
         row["step_time"] = time.perf_counter() - t0
         unknown = set(row) - set(METRICS) - {"step", "step_time"}
         assert not unknown, f"metrics not named in rlbisect.metrics: {unknown}"
@@ -108,7 +141,7 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
 
 
 def run(cfg: RLConfig, steps: int, bug: Optional[str] = None, eval_every: int = 8,
-        on_row: Optional[Callable[[dict], None]] = None, hook=None) -> list[dict]:
+        on_row: Optional[Callable[[dict], None]] = None, hook=None, tap=None) -> list[dict]:
     """A full run from the cached starting policy on the standard task split -> metric rows."""
     from .base import make_base
     from .tasks import make_tasks
@@ -117,7 +150,7 @@ def run(cfg: RLConfig, steps: int, bug: Optional[str] = None, eval_every: int = 
     torch.set_num_threads(cfg.threads)
     tok = build_tokenizer(make_tasks("all"))
     model = make_base(tok)
-    return train(model, make_tasks("train"), tok, cfg, steps, bug, make_tasks("heldout"), eval_every, on_row, hook)
+    return train(model, make_tasks("train"), tok, cfg, steps, bug, make_tasks("heldout"), eval_every, on_row, hook, tap)
 
 
 def short_run(steps: int, seed: int) -> list[dict]:

@@ -129,8 +129,8 @@ def tiny_repo(tmp_path: Path) -> Callable[..., TinyRepo]:
 
 
 # -- the slow rule ----------------------------------------------------------------------------
-# A test is slow when it trains (TinyAgent's loop, or any torch optimizer stepping more than a few
-# times) or starts a Python process that imports torch (rlbisect's CLI, a probe worker, a fork
+# A test is slow when it trains (TinyAgent's loop for more steps than the run-level checks' short
+# runs take, or any torch optimizer stepping more than a few times) or starts a Python process that imports torch (rlbisect's CLI, a probe worker, a fork
 # server, a trainer command). Such a test carries the `slow` mark (`pytestmark = pytest.mark.slow`
 # for a module that is all slow); `python -m pytest -m "not slow"` is the fast pass. The rule is
 # checked, not trusted: every test runs under a guard that notes heavy work, and an unmarked test
@@ -169,7 +169,9 @@ def _slow_rule(request, monkeypatch):
     train = loop.train
 
     def watched_train(*a, **kw):
-        seen.append("trains TinyAgent")
+        from rlbisect.check.run_level import STEPS
+        if kw.get("steps", a[4] if len(a) > 4 else 99) > STEPS:   # the checks' own short runs are light
+            seen.append("trains TinyAgent")
         return train(*a, **kw)
     monkeypatch.setattr(loop, "train", watched_train)
     yield

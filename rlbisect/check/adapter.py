@@ -5,17 +5,13 @@ gradient accumulation, optimizer step and reference model through this Protocol,
 what comes back with an independent source of truth that the *sampler* recorded (`Truth`: which
 positions the policy sampled, the log-probabilities it sampled them with, the rewards).
 
-Shapes: B episodes; P positions per episode (for a causal LM, P = T - 1 next-token positions).
-Everything the checker reads is a plain tensor; the trainer's own batch object is opaque to it.
+Shapes: B episodes; P positions per episode (for a causal LM, P = T - 1). Everything the checker
+reads is a plain tensor; the trainer's own batch object is opaque to it.
 
-Write an adapter once, in your repository or in a file outside its history, and point rlbisect at
-it with `--adapter package.module:factory` or `--adapter path/to/file.py:factory`. The factory is
-called with the keyword arguments it accepts among `episodes`, `seed`, `kl_coef` and `bug`.
-Loading works the way Python does: `MODULE:FACTORY` is found from the current folder first (as
-`python -m` would); a FILE.py inside a package (folders with `__init__.py`) is imported as part of
-that package, so its relative imports work; a FILE.py on its own is run as a standalone module
-with its folder first on `sys.path`. Each file is imported once per process.
-See `reference_trainer/adapter.py` for a complete example and docs/checks.md for a walk-through.
+Point rlbisect at an adapter with `--adapter package.module:factory` or `--adapter file.py:factory`
+(loaded as Python would: see :func:`load_adapter`); the factory is called with the keyword
+arguments it accepts among `episodes`, `seed`, `kl_coef` and `bug`. `reference_trainer/adapter.py`
+is a complete example; docs/extending.md walks through one.
 """
 
 from __future__ import annotations
@@ -32,6 +28,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkabl
 import torch
 
 from rlbisect.check.capabilities import Capabilities, capabilities_of
+from rlbisect.check.spec import Objective, RunSpec
 from rlbisect.errors import InputError
 from rlbisect.registry import Registry
 
@@ -50,6 +47,8 @@ class Truth:
     # [B] the configured reward applied again to each finished episode's record (outcome, turns
     # used), apart from the sampler's own scoring; None if not offered
     rescored: Optional[torch.Tensor] = None
+    # [B] the id of the task (prompt) each row answers, as the sampler was given it; None if not offered
+    tasks: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -84,7 +83,8 @@ class TrainerAdapter(Protocol):
 
     def loss(self, model: torch.nn.Module, batch: Any, rows: torch.Tensor, prep: Prepared) -> tuple[torch.Tensor, dict]:
         """The loss of `rows` in ONE forward pass (no accumulation) -> (differentiable loss, stats).
-        It may take ``ref=None``: the KL reference whose term the loss then includes (check 11)."""
+        It may take ``ref=None``: the KL reference whose term the loss then includes (check 11),
+        and ``tap=None``: shown what the loss consumes (``tap("loss", ...)``, checks 19-20)."""
 
     def backward(self, model: torch.nn.Module, batch: Any, rows: torch.Tensor, prep: Prepared) -> dict:
         """The trainer's own backward for a minibatch of `rows` (with its accumulation), no
@@ -92,8 +92,8 @@ class TrainerAdapter(Protocol):
 
     def update(self, model: torch.nn.Module, batch: Any, ref: Optional[torch.nn.Module]) -> dict:
         """One full training update of `model` in place (fresh optimizer) -> stats with `approx_kl`.
-        It may take ``observe=None`` and call ``observe(rows, mask, old_logp, advantages)`` with the
-        tensors its loss is handed, per minibatch (check 15 compares them with prepare())."""
+        It may take ``tap=None`` and show it every loss it computes (``tap("loss", ...)``, see
+        rlbisect.check.observe; check 15 compares what the loss consumed with prepare())."""
 
     def make_ref(self, model: torch.nn.Module) -> Optional[torch.nn.Module]:
         """The trainer's KL reference for `model`, or None when it uses no KL term."""
@@ -106,22 +106,31 @@ REQUIRED = ("policy", "probe_batch", "prepare", "log_probs", "loss", "backward",
 
 
 class AdapterBase:
-    """An optional base class: every optional member of an adapter, declared as not offered.
-
-    An adapter need not subclass it (the checks read any object through :meth:`Offers.of`); a
-    subclass overrides what its trainer offers.
-    """
+    """An optional base class: every optional member of an adapter, declared as not offered. An
+    adapter need not subclass it (checks read any object through :meth:`Offers.of`)."""
 
     #: what the trainer can be asked (sampler log-probs, update shape, by-design differences)
     capabilities: Capabilities | dict = Capabilities()
-    #: the policy objective: "ppo-clip" (the clip check applies), or "cispo", "reinforce", ...
-    objective: str = "ppo-clip"
+    #: the policy objective: an :class:`~rlbisect.check.spec.Objective` (its exact value and
+    #: gradient are checked), or only its kind: "ppo-clip" (the clip check applies), "cispo", ...
+    objective: "str | Objective" = "ppo-clip"
     #: fault switch names ``rlbisect check --matrix`` runs, one row each (factory option ``bug``)
     faults: Sequence[str] = ()
     #: ``with_rewards(batch, rewards) -> batch``: the same batch with other rewards (check 12)
     with_rewards: Optional[Callable[[Any, torch.Tensor], Any]] = None
-    #: ``train_run(steps, seed, eval_every) -> rows``: a short run of the real loop (run-level checks)
-    train_run: Optional[Callable[[int, int, int], list[dict]]] = None
+    #: ``train_run(steps, seed, eval_every, tap=None, settings=None) -> rows``: a short run of the
+    #: real loop shown to ``tap`` (rlbisect.check.observe)
+    train_run: Optional[Callable[..., list[dict]]] = None
+    #: ``run_spec(steps, settings=None) -> RunSpec``: the optimizer, schedule and tasks it means to use
+    run_spec: Optional[Callable[..., RunSpec]] = None
+    #: {label: settings} at which every identity still holds; the checks exercise each by default
+    variants: dict = {}
+    #: the settings of the run-level checks' off-default run (default: every variant at once)
+    run_variant: Optional[dict] = None
+    #: ``with_settings(**settings) -> adapter``: the same trainer at other settings (for ``variants``)
+    with_settings: Optional[Callable[..., Any]] = None
+    #: ``environment() -> probe``: the environment's contract (rlbisect.check.environment)
+    environment: Optional[Callable[[], Any]] = None
     #: ``replay(snapshot, bug) -> Replayed``: re-run a saved step of this trainer (replay, promote)
     replay: Optional[Callable[[Any, Optional[str]], Any]] = None
 
@@ -132,24 +141,43 @@ class Offers:
     member (see :class:`AdapterBase`) and optional keyword, read here and nowhere else."""
 
     capabilities: Capabilities
-    objective: str
+    objective: str               # the objective's kind
+    spec: Optional[Objective]    # the objective in full, when declared
     faults: tuple[str, ...]
     with_rewards: Optional[Callable]
     train_run: Optional[Callable]
+    run_spec: Optional[Callable]
+    variants: dict
+    run_variant: dict            # the off-default run's settings
+    with_settings: Optional[Callable]
+    environment: Optional[Callable]
     replay: Optional[Callable]
     rows_in_log_probs: bool      # log_probs(model, batch, rows=...)
     ref_in_loss: bool            # loss(model, batch, rows, prep, ref=...)
-    observe_in_update: bool      # update(model, batch, ref, observe=...)
+    tap_in_loss: bool            # loss(model, batch, rows, prep, tap=...)
+    tap_in_update: bool          # update(model, batch, ref, tap=...)
+    tap_in_runs: bool            # train_run(steps, seed, eval_every, tap=..., settings=...)
 
     @classmethod
     def of(cls, adapter: Any) -> "Offers":
         def member(name: str) -> Any:
             value = getattr(adapter, name, None)
             return value if callable(value) else None
-        return cls(capabilities_of(adapter), str(getattr(adapter, "objective", None) or "ppo-clip"),
+        declared = getattr(adapter, "objective", None) or "ppo-clip"
+        spec = declared if isinstance(declared, Objective) else None
+        variants = getattr(adapter, "variants", None) or {}
+        if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+            raise TypeError(f"{type(adapter).__name__}.variants must be a dict of {{label: settings dict}}")
+        train_run = member("train_run")
+        run_variant = getattr(adapter, "run_variant", None)
+        if run_variant is None:      # every variant at once, a later one winning a setting both make
+            run_variant = {k: v for settings in variants.values() for k, v in settings.items()}
+        return cls(capabilities_of(adapter), spec.kind if spec else str(declared), spec,
                    tuple(getattr(adapter, "faults", None) or ()), member("with_rewards"),
-                   member("train_run"), member("replay"), _takes(member("log_probs"), "rows"),
-                   _takes(member("loss"), "ref"), _takes(member("update"), "observe"))
+                   train_run, member("run_spec"), dict(variants), dict(run_variant), member("with_settings"),
+                   member("environment"), member("replay"), _takes(member("log_probs"), "rows"),
+                   _takes(member("loss"), "ref"), _takes(member("loss"), "tap"), _takes(member("update"), "tap"),
+                   _takes(train_run, "tap") and _takes(train_run, "settings"))
 
 
 def _takes(method: Optional[Callable], name: str) -> bool:
@@ -223,6 +251,9 @@ def load_adapter(spec: str, require: Sequence[str] = REQUIRED, **options) -> Any
     """Build an adapter from `MODULE:FACTORY`, `FILE.py:FACTORY` or a name registered in
     :data:`ADAPTERS`, passing the options it accepts; it must have the methods in ``require``
     (the checks' probe points by default; ``("replay",)`` is all ``rlbisect replay`` needs).
+    `MODULE:FACTORY` is found from the current folder first (as `python -m` would); a FILE.py in a
+    package is imported as part of it, so relative imports work; a FILE.py on its own runs with its
+    folder first on `sys.path`. Each file is imported once per process.
 
     An option the factory does not accept is an error when it was set (not None): silently
     ignoring `--bug` would check the wrong thing.

@@ -20,8 +20,8 @@
                                         forgotten); n/a with one optimizer step per update
    15 the update consumes what prepare() returns   in check 7's update, the mask, old log-probs
                                         and advantages its loss is handed (the adapter's
-                                        ``update(..., observe)``) equal prepare()'s, which checks
-                                        1-12 read: max difference (n/a when update takes no `observe`)
+                                        ``update(..., tap)``) equal prepare()'s, which checks
+                                        1-12 read: max difference (n/a when update takes no `tap`)
    16 rewards = the configured reward rule   the rewards the batch carries equal the configured
                                         reward rule applied again to each episode's record
                                         (``Truth.rescored``): max |difference| (n/a without it)
@@ -145,9 +145,9 @@ def _grad_leak(ctx):
 def _consumed(ctx):
     seen = ctx.stepped["consumed"]
     if seen is None:
-        return NotApplicable("the adapter's update() takes no `observe`, so what its loss consumes cannot be seen")
+        return NotApplicable("the adapter's update() takes no `tap`, so what its loss consumes cannot be seen")
     if not seen:
-        return NotApplicable("the update never called `observe`")
+        return NotApplicable("the update never showed its tap a loss")
     prep, worst = ctx.prep, []
     for rows, mask, old, adv in seen:
         on = prep.mask[rows] > 0

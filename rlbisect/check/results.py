@@ -18,6 +18,8 @@ class CheckResult:
     seed: Optional[int] = None   # over several probe seeds: the one whose value this is
     na: str = ""                 # ...and never silent: why it does not apply to this trainer
     by_design: str = ""          # failed, on purpose: the adapter's explanation (passed is then True)
+    setting: str = ""            # checked at several settings: the one whose value this is ("" = as configured)
+    detail: str = ""             # what went wrong, in words, where a value alone does not say
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,17 @@ def over_seeds(runs: dict[int, dict[str, CheckResult]]) -> dict[str, CheckResult
         applies = [s for s, r in runs.items() if not r[name].na]
         seed = (failing or applies or list(runs))[0]
         r = runs[seed][name]
-        out[name] = CheckResult(name, r.value, r.passed, seed, r.na, r.by_design)
+        out[name] = CheckResult(name, r.value, r.passed, seed, r.na, r.by_design, r.setting, r.detail)
     return out
 
 
 def as_json(results: dict[str, CheckResult]) -> dict[str, dict]:
     """{check name: {"value": float, "passed": bool[, "seed": the probe seed shown]
-    [, "na": why it does not apply (value null)][, "by_design": why it fails on purpose]}}."""
+    [, "setting": the setting shown, when not as configured][, "na": why it does not apply (value
+    null)][, "by_design": why it fails on purpose]}}."""
     return {name: {"value": None if r.na else r.value, "passed": r.passed,
-                   **({"seed": r.seed} if r.seed is not None else {}), **({"na": r.na} if r.na else {}),
-                   **({"by_design": r.by_design} if r.by_design else {})}
+                   **({"seed": r.seed} if r.seed is not None else {}),
+                   **({"setting": r.setting} if r.setting else {}), **({"na": r.na} if r.na else {}),
+                   **({"by_design": r.by_design} if r.by_design else {}),
+                   **({"detail": r.detail} if r.detail else {})}
             for name, r in results.items()}

@@ -1,36 +1,51 @@
-"""Run-level checks: identities of short training runs, where one batch cannot show the fault.
+"""Run-level checks: a few real steps of the trainer's own loop, watched (rlbisect.check.observe).
 
-Opt-in (`rlbisect check --runs`, `--predicate invariants --runs`): they train. An adapter offers
-``train_run(steps, seed, eval_every) -> rows`` (one metric row per step); without it the checks
-are n/a, said so.
+Short runs through the adapter's ``train_run``: A, ``STEPS`` steps at the configured setting
+evaluating every step; A', the same never evaluating; B, ``VARIANT_STEPS`` steps with the next seed
+at the adapter's ``run_variant`` (by default every setting in ``variants`` at once: a temperature
+!= 1, another KL estimator, several microbatches and epochs, a schedule, a binding gradient clip,
+...). What each
+step samples, what every loss consumes, every optimizer step and every evaluation are compared
+with the sampler's record and the adapter's declarations (``run_spec``, ``objective``):
 
-    same seed, same rows                two runs with one seed log the same rows, bit for bit
-                                        (keys with "time" excepted): the count of values that differ
-    evaluation leaves training alone    evaluating every step vs never (but the last) changes no
-                                        training value: evaluation and logging draw from their own
-                                        generators. The count of values that differ
-    optimizer state persists            a 3-step run steps the same torch optimizers as a 1-step
-                                        run: a trainer that rebuilds its optimizer every step loses
-                                        Adam's moments and step count. The count of optimizers the
-                                        longer run adds; n/a when no torch.optim optimizer steps
+    sampler = trainer log-prob, every step      the trainer's log-probs at sampling time = the sampler's
+    old log-probs = the sampler's, every minibatch   what each loss uses as its ratio's denominator
+    mask and advantages = the step's batch      what each loss consumes: the sampler's policy tokens,
+                                                the declared estimator of each episode's reward
+    reference log-probs = the starting policy's  the KL term's reference is the policy at step 0
+    loss = the declared objective, every minibatch   in value and gradient, at the real ratios
+    each step draws distinct training tasks     one task per group, no task twice, none held out
+    the task stream moves with steps and seeds  consecutive steps differ; seeds s and s + 1 differ
+    evaluation: held-out tasks, weights untouched   no training task, no weight change, no step
+    optimizer = the configured one              its class, hyperparameters and parameters
+    gradients clipped to max_grad_norm before each step   the norm each step applies
+    learning rate = the schedule at every step  the param groups' lr = the declared schedule
+    optimizer state persists across steps       one optimizer throughout, its step count continuing
+    same seed, same rows                        A and A' log the same training rows, bit for bit
+    evaluation leaves training alone            (a third run tells these two apart when they differ)
+
+An adapter whose ``train_run`` takes no ``tap`` gets the last three from the rows and torch's
+optimizer hooks; what needs a tap or a declaration it does not make is n/a, with the reason.
 """
 
 from __future__ import annotations
 
+from typing import Any, Callable, Optional
+
+from rlbisect.check import loop
 from rlbisect.check.adapter import Offers
-from rlbisect.check.results import CheckResult
+from rlbisect.check.observe import Recorder
+from rlbisect.check.results import CheckResult, NotApplicable
+from rlbisect.check.thresholds import Thresholds
 from rlbisect.metrics import is_timing
 
-STEPS = 3          # enough for a drawn-from stream to shift the next step's batch
+# Three steps: what an evaluation at step 1 (every step, against at 0 and the last only) drew from
+# the training stream shows at step 2. The off-default run needs two: its second step samples
+# after an update, from a stream the first moved.
+STEPS, VARIANT_STEPS = 3, 2
 NEVER = 10 ** 6    # an eval_every that never comes (the last step may still evaluate)
-RUN_CHECKS = ("same seed, same rows", "evaluation leaves training alone", "optimizer state persists")
-
-
-def _stepped_optimizers(train, steps: int, seed: int, eval_every: int) -> tuple[list[dict], list]:
-    """(rows, the torch optimizers that took a step during the run)."""
-    from rlbisect.check.optim_probe import optimizers_stepped
-    with optimizers_stepped() as seen:
-        return train(steps, seed, eval_every), seen
+RAN = "short runs complete"
+RUN_CHECKS = (RAN, *loop.CHECKS, "same seed, same rows", "evaluation leaves training alone")
 
 
 def _differing(a: list[dict], b: list[dict], skip_eval: bool) -> int:
@@ -44,21 +59,83 @@ def _differing(a: list[dict], b: list[dict], skip_eval: bool) -> int:
     return n
 
 
-def run_checks(adapter, seed: int = 0) -> dict[str, CheckResult]:
+def _repeatable(rows: list[dict], quiet: list[dict], rerun: Callable[[], list[dict]]) -> dict[str, CheckResult]:
+    """Same seed, same rows; evaluation leaves training alone: A vs A' (evaluation at the end only),
+    and when they differ ``rerun`` (A again) to tell which."""
+    names = RUN_CHECKS[-2:]
+    if _differing(rows, quiet, skip_eval=True) == 0:
+        return {n: CheckResult(n, 0.0, True) for n in names}
+    again = _differing(rows, rerun(), skip_eval=False)
+    left_alone = _differing(rows, quiet, skip_eval=True) if again == 0 else 0
+    return {names[0]: CheckResult(names[0], float(again), again == 0),
+            names[1]: CheckResult(names[1], float(left_alone), left_alone == 0,
+                                  na="" if again == 0 else "runs with one seed differ: evaluation cannot be told apart")}
+
+
+def run_checks(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = None) -> dict[str, CheckResult]:
     """The run-level checks on ``adapter``'s trainer -> {name: CheckResult}."""
-    train = Offers.of(adapter).train_run
-    if train is None:
+    t = thresholds or Thresholds()
+    offers = Offers.of(adapter)
+    if offers.train_run is None:
         why = f"{type(adapter).__name__} has no train_run(steps, seed, eval_every)"
         return {name: CheckResult(name, float("nan"), True, na=why) for name in RUN_CHECKS}
-    every_step, many = _stepped_optimizers(train, STEPS, seed, 1)
-    again = train(STEPS, seed, 1)
-    quiet = train(STEPS, seed, NEVER)
-    _, first = _stepped_optimizers(train, 1, seed, NEVER)
-    same = _differing(every_step, again, skip_eval=False)
-    left_alone = _differing(every_step, quiet, skip_eval=True)
+    if not offers.tap_in_runs:
+        return _rows_only(offers.train_run, seed)
+    caps, train_run = offers.capabilities, offers.train_run
+
+    def watched(at: Any, run_seed: int, eval_every: int, settings: Optional[dict],
+                steps: int = STEPS) -> tuple[Recorder, list[dict]]:
+        rec = Recorder(at, Offers.of(at).spec, caps.sampler_logp)
+        with rec.watching():
+            rows = train_run(steps, run_seed, eval_every, tap=rec, settings=settings)
+        return rec, rows
+    with_settings = offers.with_settings
+    variant = offers.run_variant if with_settings is not None else {}
+    try:
+        runs = [watched(adapter, seed, 1, None)]
+        quiet = watched(adapter, seed, NEVER, None)[1]
+        if variant and with_settings is not None:
+            runs.append(watched(with_settings(**variant), seed + 1, NEVER, variant, VARIANT_STEPS))
+    except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
+        return _raised(e)
+    specs = [offers.run_spec(STEPS, None) if offers.run_spec else None]
+    if variant:
+        specs.append(offers.run_spec(VARIANT_STEPS, variant) if offers.run_spec else None)
+    out = loop.judge([r for r, _ in runs], specs, t, offers)
+    out[RAN] = CheckResult(RAN, 0.0, True)
+    out.update(_repeatable(runs[0][1], quiet, lambda: watched(adapter, seed, 1, None)[1]))
+    return {name: out[name] for name in RUN_CHECKS}
+
+
+def _raised(e: Exception) -> dict[str, CheckResult]:
+    """A run that raised: it fails the first check, with what it raised; the others cannot say."""
+    from rlbisect.errors import printable
+    what = printable(f"{type(e).__name__}: {e}".splitlines()[0])[:200]
+    out = {name: CheckResult(name, float("nan"), True, na="a short run raised (see above)") for name in RUN_CHECKS}
+    out[RAN] = CheckResult(RAN, 1.0, False, detail=f"the trainer's loop raised {what}")
+    return out
+
+
+def _rows_only(train: Callable[..., list[dict]], seed: int) -> dict[str, CheckResult]:
+    """Without a tap: the run's rows and torch's optimizer hooks only."""
+    from rlbisect.check.optim_probe import optimizers_stepped
+    try:
+        with optimizers_stepped() as many:
+            rows = train(STEPS, seed, 1)
+        with optimizers_stepped() as first:
+            train(1, seed, NEVER)
+        quiet = train(STEPS, seed, NEVER)
+    except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
+        return _raised(e)
+    why = "the adapter's train_run() takes no `tap` and `settings`, so its steps cannot be watched"
+    out = {name: CheckResult(name, float("nan"), True, na=why) for name in RUN_CHECKS}
+    out[RAN] = CheckResult(RAN, 0.0, True)
+    name = "optimizer state persists across steps"
     added = len(many) - len(first)
-    persists = (CheckResult(RUN_CHECKS[2], float(added), added == 0) if first else
-                CheckResult(RUN_CHECKS[2], float("nan"), True, na="no torch.optim optimizer took a step"))
-    return {RUN_CHECKS[0]: CheckResult(RUN_CHECKS[0], float(same), same == 0),
-            RUN_CHECKS[1]: CheckResult(RUN_CHECKS[1], float(left_alone), left_alone == 0),
-            RUN_CHECKS[2]: persists}
+    out[name] = (CheckResult(name, float(added), added == 0) if first else
+                 CheckResult(name, float("nan"), True, na="no torch.optim optimizer took a step"))
+    out.update(_repeatable(rows, quiet, lambda: train(STEPS, seed, 1)))
+    return out
+
+
+__all__ = ["RUN_CHECKS", "STEPS", "NotApplicable", "run_checks"]

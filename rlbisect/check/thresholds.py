@@ -27,13 +27,19 @@ class Thresholds(BaseModel):
     kl_pull: float = Field(0.0, description="relative KL decrease along the KL term's gradient must exceed this")
     consumed: float = Field(1e-6, description="max difference between what the update's loss consumes "
                                               "(mask, old log-probs, advantages) and what prepare() returns")
+    objective: float = Field(1e-4, description="max relative error of the loss, in value and in gradient, "
+                                               "against the declared objective of what it consumed")
+    lr: float = Field(1e-6, description="max relative error of the learning rate against the declared schedule")
+    grad_clip: float = Field(1e-3, description="max relative excess of the gradient norm an optimizer step "
+                                               "applies over max_grad_norm")
 
     @classmethod
     def bf16(cls) -> "Thresholds":
         """Starting points for a bf16 inference engine against a bf16/fp32 trainer, where per-token
         mismatch of a few hundredths of a nat is normal. Calibrate them: run the checks on a known-good
         commit several times and set each limit a few times above the largest value you measure."""
-        return cls(logp_gap=0.5, ratio=0.5, group_mean=1e-3, padding=1e-2, accumulation=2e-2, consumed=1e-2)
+        return cls(logp_gap=0.5, ratio=0.5, group_mean=1e-3, padding=1e-2, accumulation=2e-2, consumed=1e-2,
+                   objective=2e-2)
 
     @classmethod
     def named(cls, spec: str | None) -> "Thresholds":

@@ -21,8 +21,8 @@ def check_cmd(
     kl_coef: float = typer.Option(0.1, "--kl-coef", min=0, help="KL weight, so the reference check applies (0: none)"),
     as_json: bool = typer.Option(False, "--json", help='print {check: {"value", "passed"}}'),
     matrix: bool = typer.Option(False, "--matrix", help="run with no fault and with each fault the adapter lists"),
-    runs: bool = typer.Option(False, "--runs", help="also the run-level checks: short training runs (same seed, same "
-                              "rows; evaluation leaves training alone; optimizer state persists)"),
+    runs: bool = typer.Option(True, "--runs/--no-runs", help="the run-level checks too: a few real steps of the "
+                              "trainer's loop, watched (--no-runs: the step-0 checks only)"),
     plot: str = typer.Option(None, "--plot", help="with --matrix: draw the matrix as a PNG heatmap"),
     jobs: int = typer.Option(None, "--jobs", "-j", min=1, help="with --matrix: rows checked at once, each in a "
                              "forked process (default: this machine's cores)"),

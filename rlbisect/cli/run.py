@@ -33,7 +33,7 @@ def run_cmd(
     adapter: str = typer.Option(None, "--adapter", help="invariants: " + doc(I, "adapter")),
     probe_seeds: str = typer.Option(None, "--probe-seeds", help="invariants: " + doc(I, "probe_seeds")),
     adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="invariants: " + doc(I, "adapter_opts")),
-    runs: bool = typer.Option(None, "--runs", help="invariants: " + doc(I, "runs")),
+    runs: bool = typer.Option(None, "--runs/--no-runs", help="invariants: " + doc(I, "runs")),
     metric: str = typer.Option(None, "--metric", help="short-run: " + doc(S, "metric")),
     metrics: str = typer.Option(None, "--metrics", help="short-run: " + doc(S, "metrics")),
     metrics_file: str = typer.Option(None, "--metrics-file", help="short-run: " + doc(S, "metrics_file")),
@@ -100,7 +100,7 @@ def run_cmd(
                (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}
     pred = make_predicate(predicate, command_ or [], options=dict(
         adapter=adapter, adapter_opts=_adapter_opts(adapter_opt),
-        probe_seeds=probe_seed_list(None, probe_seeds) if probe_seeds else None, runs=runs or None,
+        probe_seeds=probe_seed_list(None, probe_seeds) if probe_seeds else None, runs=runs,
         metric=metric,
         steps=steps, seeds=seeds, max_seeds=max_seeds,
         direction=direction, runner=runner, window=window, metrics_file=metrics_file,

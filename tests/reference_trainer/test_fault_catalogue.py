@@ -14,14 +14,18 @@ import pytest
 import torch
 
 from reference_trainer.config import EnvConfig, RLConfig, SamplerConfig, UpdateConfig
+from reference_trainer.env import Env
 from reference_trainer.faults import BUGS, CATALOGUE, CHAPTER, NEEDS, check_bug
 from reference_trainer.losses import compute_advantages, policy_loss
 from reference_trainer.tasks import make_tasks
 from reference_trainer.train import train
 from rlbisect.metrics import comparable
 
-TRAIN_KNOBS = {"temperature", "kl_coef", "loss_mode", "microbatches", "max_turns", "reward"}
-SURROGATE_ONLY = {"clip_low_eps", "clip_max"}          # need ratios outside the clip range
+UPDATE_KNOBS = {"kl_coef", "loss_mode", "microbatches", "entropy_coef", "weight_decay", "max_grad_norm",
+                "lr_schedule", "warmup_steps"}
+TRAIN_KNOBS = {"temperature", "max_turns", "reward", *UPDATE_KNOBS}
+SURROGATE_ONLY = {"clip_low_eps", "clip_max", "clip_min_before_advantage"}   # need ratios outside the clip range
+ENVIRONMENT_ONLY = {"malformed_executed"}   # needs a malformed edit call, which a short run rarely samples
 # Bites at the defaults only when a truncated episode's last code passes the public tests, which 32
 # episodes rarely show; a 2-turn budget truncates most of them.
 SMALL_RUN_SETTING = {"unsubmitted_rewarded": {"max_turns": 2}}
@@ -29,7 +33,7 @@ SMALL_RUN_SETTING = {"unsubmitted_rewarded": {"max_turns": 2}}
 
 def small_config(**needs) -> RLConfig:
     sampler = {"tasks_per_step": 2, **{k: v for k, v in needs.items() if k == "temperature"}}
-    update = {k: v for k, v in needs.items() if k in ("kl_coef", "loss_mode", "microbatches")}
+    update = {k: v for k, v in needs.items() if k in UPDATE_KNOBS}
     env = {k: v for k, v in needs.items() if k in ("max_turns", "reward")}
     return RLConfig(sampler=SamplerConfig(**sampler), update=UpdateConfig(**update), env=EnvConfig(**env),
                     eval_episodes=1)
@@ -74,7 +78,7 @@ def test_healthy_runs_are_bit_reproducible_at_every_setting_the_catalogue_uses(r
     assert isinstance(first, list) and first == [comparable(r) for r in again] and not nonfinite(first)
 
 
-@pytest.mark.parametrize("bug", [b for b in CATALOGUE if b not in SURROGATE_ONLY])
+@pytest.mark.parametrize("bug", [b for b in CATALOGUE if b not in SURROGATE_ONLY | ENVIRONMENT_ONLY])
 def test_each_fault_changes_a_short_run_at_the_setting_it_needs(run_small, bug):
     needs = {k: v for k, v in {**NEEDS.get(bug, {}), **SMALL_RUN_SETTING.get(bug, {})}.items() if k in TRAIN_KNOBS}
     healthy, faulty = run_small(None, **needs), run_small(bug, **needs)
@@ -99,6 +103,15 @@ def test_clip_faults_change_the_surrogates_gradient_outside_the_clip_range(bug):
         lp = inside.log()
         assert torch.equal(policy_loss(lp, torch.zeros_like(lp), a, torch.ones_like(lp), 0.2, "token_mean")[0],
                            policy_loss(lp, torch.zeros_like(lp), a, torch.ones_like(lp), 0.2, "token_mean", bug)[0])
+
+
+def test_a_malformed_edit_is_run_under_its_fault_and_rejected_without(tok):
+    task = make_tasks("train")[0]
+    for call in ("<call> edit <end>", "<call> edit fix <end>"):
+        healthy, faulty = Env(task, tok, EnvConfig()), Env(task, tok, EnvConfig(), "malformed_executed")
+        assert healthy.step(tok.encode(call)) == tok.encode("<obs> malformed") and healthy.code == task.buggy
+        assert faulty.step(tok.encode(call)) == tok.encode("<obs> ok") and faulty.code == task.fixes[0]
+        assert healthy.info.n_invalid == 1 and faulty.info.n_invalid == 0
 
 
 def test_advantage_faults_on_a_flat_group_and_a_mixed_one():

@@ -43,8 +43,8 @@ class InvariantsOptions(Options):
     kl_coef: float = Field(0.1, ge=0, description="KL weight, so the reference check applies (0: none)")
     adapter_opts: dict[str, Any] = Field(default_factory=dict, description="KEY=VALUE for the "
                                          "adapter's factory (repeatable): the trainer's settings")
-    runs: bool = Field(False, description="also the run-level checks (short training runs: same "
-                       "seed, same rows; evaluation leaves training alone; optimizer state persists)")
+    runs: bool = Field(True, description="the run-level checks too: a few real steps of the trainer's "
+                       "loop, watched (--no-runs: the step-0 checks only)")
 
 
 class InvariantsPredicate(BasePredicate):
@@ -73,7 +73,7 @@ class InvariantsPredicate(BasePredicate):
         args = ["--episodes", str(o.episodes), "--probe-seeds", ",".join(map(str, o.probe_seeds)),
                 "--kl-coef", str(o.kl_coef)]
         args += ["--adapter", o.adapter] if o.adapter else []
-        args += ["--runs"] if o.runs else []
+        args += [] if o.runs else ["--no-runs"]
         for key, value in o.adapter_opts.items():
             args += ["--adapter-opt", f"{key}={json.dumps(value)}"]
         return args
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe-seeds", default="1")
     p.add_argument("--kl-coef", type=float, default=0.1)
     p.add_argument("--adapter-opt", action="append", default=[])
-    p.add_argument("--runs", action="store_true")
+    p.add_argument("--no-runs", dest="runs", action="store_false")
     return worker_main(_check, p, argv)
 
 

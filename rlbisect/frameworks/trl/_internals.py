@@ -172,7 +172,7 @@ ROW = "_rlbisect_row"
 
 
 @contextmanager
-def one_window(trainer, accumulation: int, beta: float, seen: list, observe=None) -> Iterator[None]:
+def one_window(trainer, accumulation: int, beta: float, seen: list, tap=None) -> Iterator[None]:
     """The trainer set up for one optimizer window of `accumulation` micro-batches.
 
     - `current_gradient_accumulation_steps` is what `_compute_loss` divides by (set by HF
@@ -185,8 +185,9 @@ def one_window(trainer, accumulation: int, beta: float, seen: list, observe=None
       generating (GRPOTrainer._prepare_inputs buffers and generates);
     - `_compute_loss` and `_get_per_token_logps_and_entropies` observed, to read the ratio the
       loss formed (TRL logs only clip fractions): `seen` gets (logps, old or None, mask) per call;
-    - `observe(rows, mask, old_logp, advantages)` (if given) called with what `_compute_loss` is
-      handed, for micro-batches that carry `ROW`: its mask (`completion_mask * tool_mask`), the
+    - `tap("loss", rows=, mask=, old_logp=, advantages=, logp=)` (if given, rlbisect.check.observe)
+      shown what `_compute_loss` is handed, for micro-batches that carry `ROW`: its mask
+      (`completion_mask * tool_mask`), the
       old log-probs it uses (`inputs["old_per_token_logps"]`, or when absent its fallback
       `per_token_logps.detach()`, read from the log-prob call) and `inputs["advantages"]`. Read at
       `_compute_loss`, i.e. after `compute_loss` and anything a subclass does there.
@@ -206,8 +207,9 @@ def one_window(trainer, accumulation: int, beta: float, seen: list, observe=None
             inp, rows = current.pop("inputs"), current.pop("rows")
             old = inp.get("old_per_token_logps")
             seen.append((out[0].detach(), old, loss_mask(inp)))
-            if observe is not None and rows is not None:
-                observe(rows, loss_mask(inp), out[0].detach() if old is None else old, inp["advantages"])
+            if tap is not None and rows is not None:
+                tap("loss", rows=rows, mask=loss_mask(inp), old_logp=out[0].detach() if old is None else old,
+                    advantages=inp["advantages"], logp=out[0])
         return out
 
     spg = trainer.args.steps_per_generation

@@ -13,8 +13,8 @@ Every probe point runs TRL's code (`_generate_and_score_completions`, `compute_l
 private API live in `_trl_internals.py`. The sampler's log-probs are recorded on the path TRL
 generates with (HF `generate`'s processed scores), and so are the tokens it drew per row
 (`Truth.drawn`, check 13); `Truth.rescored` (check 16) is your reward functions applied again with
-`GRPOConfig.reward_weights`; `update(..., observe)` (check 15) reports what each `_compute_loss`
-call is handed. Layout: P = the completion's positions (column j is completion token j), rows
+`GRPOConfig.reward_weights`; `update(..., tap)` (check 15) shows rlbisect's tap what each
+`_compute_loss` call is handed. Layout: P = the completion's positions (column j is completion token j), rows
 group by group as TRL lays them out.
 
 `rlbisect check --adapter rlbisect.frameworks.trl:demo` runs the checks on a tiny GRPOTrainer built in
@@ -180,11 +180,12 @@ class GRPOAdapter:
                 total += float(trl_.training_step(self.trainer, model, micro))
         return {"loss": total, **trl_.ratio_stats(seen)}
 
-    def update(self, model, batch, ref, observe=None):
+    def update(self, model, batch, ref, tap=None):
         """One generation batch of TRL training: shuffled and split as `_prepare_inputs` does,
         `num_iterations` passes, an optimizer step every `gradient_accumulation_steps` micro-steps
         (a fresh optimizer from the trainer's args; the scheduler's first-step learning rate).
-        `observe(rows, mask, old_logp, advantages)` sees what each `_compute_loss` call is handed."""
+        `tap("loss", rows=, mask=, old_logp=, advantages=, logp=)` sees what each `_compute_loss`
+        call is handed (rlbisect.check.observe)."""
         tr, args = self.trainer, self.trainer.args
         inputs = dict(batch["inputs"])
         inputs[trl_.ROW] = torch.arange(len(inputs["advantages"]))   # rides TRL's shuffle and split
@@ -192,7 +193,7 @@ class GRPOAdapter:
             inputs["ref_per_token_logps"] = trl_.per_token_logps(tr, ref, inputs)
         opt, seen, micro, norms = trl_.optimizer(tr, model), list[tuple](), 0, []
         chunks = trl_.shuffled_chunks(tr, inputs, seed=0)
-        with trl_.one_window(tr, args.gradient_accumulation_steps, tr.beta, seen, observe):
+        with trl_.one_window(tr, args.gradient_accumulation_steps, tr.beta, seen, tap):
             args.steps_per_generation = len(chunks)          # the dapo normalizer as in training
             for _ in range(tr.num_iterations):
                 for chunk in chunks:

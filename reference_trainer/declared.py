@@ -1,0 +1,114 @@
+"""What TinyAgent declares it does, for rlbisect's checks: the objective its loss means to compute,
+the optimizer and schedule its loop means to step, the settings at which every identity still holds,
+and its environment's contract (played through the real sampler and environment).
+
+Everything here is read from the configuration, never from the code that implements it: a fault
+in the trainer must not move what the trainer is compared with.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlbisect.check.environment import Played
+from rlbisect.check.spec import Objective, RunSpec, Schedule
+
+from .base import MALFORMED_CALLS
+from .config import RLConfig
+from .env import OWNER
+from .sampler import sample_episodes
+from .tasks import N_FIXES, make_tasks
+
+#: Settings at which every identity still holds; the checks exercise each by default (step-0
+#: objective checks one at a time, the run-level checks all at once).
+VARIANTS = {
+    "temperature 0.7, entropy bonus": {"temperature": 0.7, "entropy_coef": 0.01},
+    "KL k1": {"kl_coef": 0.1, "kl_kind": "k1"},
+    "per-episode mean": {"loss_mode": "seq_mean_token_mean"},
+    "2 microbatches": {"microbatches": 2},
+}
+
+
+#: The run-level checks' off-default run: every variant at once, the loop's own off-default paths
+#: (a schedule, AdamW with weight decay, a gradient clip that binds, two epochs), and the public
+#: reward (so a sampler that ignores the configured environment shows).
+RUN_VARIANT = {**{k: v for settings in VARIANTS.values() for k, v in settings.items()},
+               "lr_schedule": "linear", "warmup_steps": 2, "optimizer": "adamw", "weight_decay": 0.01,
+               "max_grad_norm": 0.001, "epochs": 2, "reward": "public"}
+
+
+def objective(cfg: RLConfig) -> Objective:
+    """The loss update.minibatch_loss means to compute: PPO's clipped surrogate under the configured
+    aggregation; the KL and entropy terms are token means whatever the aggregation."""
+    u = cfg.update
+    return Objective(kind="ppo-clip", clip_low=u.clip_eps, clip_high=u.clip_eps, aggregation=u.loss_mode,
+                     kl_coef=u.kl_coef, kl_estimator=u.kl_kind, kl_aggregation="token_mean",
+                     entropy_coef=u.entropy_coef, entropy_aggregation="token_mean",
+                     temperature=cfg.sampler.temperature, advantages="group_mean_std", adv_eps=u.adv_eps)
+
+
+def run_spec(cfg: RLConfig, steps: int) -> RunSpec:
+    """The optimizer train.train means to step over `steps` steps."""
+    u = cfg.update
+    tasks = make_tasks("all")
+    return RunSpec(optimizer="AdamW" if u.optimizer == "adamw" else "Adam", lr=u.lr,
+                   hyper={"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": u.weight_decay},
+                   schedule=Schedule(kind=u.lr_schedule, warmup=u.warmup_steps, total=steps * u.epochs * u.minibatches),
+                   max_grad_norm=u.max_grad_norm,
+                   train_tasks=frozenset(t.index for t in tasks if t.split == "train"),
+                   heldout_tasks=frozenset(t.index for t in tasks if t.split == "heldout"))
+
+
+class _Scripted(torch.nn.Module):
+    """A policy that plays a fixed list of calls: at every position all its probability is on the
+    next token of its script (the call in progress, else the next call, else ``idle`` forever).
+    It follows the episode from the tokens it is fed, as the sampler's KV-cached step feeds them."""
+
+    def __init__(self, tok, calls: list[str], idle: str):
+        super().__init__()
+        self.tok, self.calls, self.idle = tok, [tok.encode(c) for c in calls], tok.encode(idle)
+
+    def _next(self, seen: list[int]) -> int:
+        starts = [i for i, t in enumerate(seen) if t == self.tok.call_id]
+        if starts and self.tok.obs_id not in seen[starts[-1]:]:
+            call = self.calls[len(starts) - 1] if len(starts) <= len(self.calls) else self.idle
+            done = len(seen) - starts[-1]
+            if done < len(call):
+                return call[done]
+        call = self.calls[len(starts)] if len(starts) < len(self.calls) else self.idle
+        return call[0]
+
+    def step(self, ids: torch.Tensor, pos: int, cache):
+        seen = cache or [[] for _ in range(len(ids))]
+        for row, token in zip(seen, ids.tolist()):
+            row.append(token)
+        logits = torch.full((len(ids), len(self.tok)), -1e9)
+        for i, row in enumerate(seen):
+            logits[i, self._next(row)] = 0.0
+        return logits, seen
+
+
+class Environment:
+    """TinyAgent's environment contract, played through the real sampler and environment."""
+
+    malformed = tuple(MALFORMED_CALLS)
+    idle = "<call> test <end>"
+    submit = "<call> submit <end>"
+
+    def __init__(self, tok, cfg: RLConfig, bug=None):
+        self.tok, self.cfg, self.bug = tok, cfg, bug
+        self.tasks = make_tasks("train")[:3]
+
+    def solution(self, task: int) -> list[str]:
+        return [f"<call> edit {self.tasks[task].right} <end>"]
+
+    def wrong(self, task: int) -> list[str]:
+        return [f"<call> edit {(self.tasks[task].right + 1) % N_FIXES} <end>"]
+
+    def play(self, task: int, actions: list[str]) -> Played:
+        (traj,) = sample_episodes(_Scripted(self.tok, actions, self.idle), [self.tasks[task]], self.tok,
+                                  self.cfg.env, self.cfg.sampler.temperature, torch.Generator().manual_seed(0),
+                                  bug=self.bug)
+        info = traj.info
+        calls = sum(1 for t, o in zip(traj.ids, traj.owner) if o == OWNER["policy"] and t == self.tok.call_id)
+        return Played(reward=info.reward, rejected=info.n_invalid, calls=calls)

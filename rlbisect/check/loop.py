@@ -1,0 +1,219 @@
+"""The run-level identities, judged from what :class:`~rlbisect.check.observe.Recorder` saw.
+
+Pure: recorded numbers and declarations (:class:`~rlbisect.check.spec.RunSpec`) in, one
+:class:`CheckResult` per identity out. :mod:`rlbisect.check.run_level` runs the trainer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional, Sequence, Union
+
+from rlbisect.check.observe import Recorder
+from rlbisect.check.results import CheckResult, NotApplicable
+from rlbisect.check.spec import RunSpec, lr_factor
+from rlbisect.check.thresholds import Thresholds
+
+Found = Union[tuple[float, bool], NotApplicable]
+CHECKS: dict[str, Callable[..., Found]] = {}
+
+
+def _check(name: str):
+    def register(fn):
+        CHECKS[name] = fn
+        return fn
+    return register
+
+
+def _worst(values: Sequence[float]) -> float:
+    """The largest value; NaN wins (a NaN must fail, never vanish in a max)."""
+    return max(values, key=lambda v: math.inf if v != v else v) if values else 0.0
+
+
+def _over_losses(recs: Sequence[Recorder], field: str) -> list[float]:
+    return [getattr(seen, field) for rec in recs for seen in rec.losses]
+
+
+def judge(recs: Sequence[Recorder], specs: Sequence[Optional[RunSpec]], t: Thresholds, offers: Any) -> dict[str, CheckResult]:
+    """Every identity over the recorded runs (``recs[i]`` declared by ``specs[i]``)."""
+    out = {}
+    for name, fn in CHECKS.items():
+        got = fn(recs, specs, t, offers)
+        out[name] = (CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable)
+                     else CheckResult(name, float(got[0]), bool(got[1])))
+    return out
+
+
+@_check("sampler = trainer log-prob, every step")
+def _sampler(recs, specs, t, offers) -> Found:
+    if not offers.capabilities.sampler_logp:
+        return NotApplicable("the sampler records no log-probs")
+    value = _worst([s.logp_gap for rec in recs for s in rec.steps])
+    return value, value < t.logp_gap
+
+
+@_check("rewards = the configured reward rule, every step")
+def _rewards(recs, specs, t, offers) -> Found:
+    errors = [s.reward_err for rec in recs for s in rec.steps]
+    if not errors or all(e != e for e in errors):
+        return NotApplicable("the adapter's Truth has no `rescored` rewards")
+    value = _worst(errors)
+    return value, value == 0
+
+
+def _losses_seen(recs, field: str, why: str) -> Found:
+    values = [v for v in _over_losses(recs, field) if v == v] if field == "ref_err" else _over_losses(recs, field)
+    if not _over_losses(recs, field):
+        return NotApplicable("the loop never showed its tap a loss")
+    if not values:
+        return NotApplicable(why)
+    return _worst(values), True
+
+
+@_check("old log-probs = the sampler's, every minibatch")
+def _old(recs, specs, t, offers) -> Found:
+    got = _losses_seen(recs, "old_err", "")
+    return got if isinstance(got, NotApplicable) else (got[0], got[0] < t.logp_gap)
+
+
+@_check("mask and advantages = the step's batch")
+def _consumed(recs, specs, t, offers) -> Found:
+    mask = _losses_seen(recs, "mask_wrong", "")
+    if isinstance(mask, NotApplicable):
+        return mask
+    if offers.spec is None:     # the advantages need a declared estimator: the mask alone
+        return mask[0], mask[0] == 0
+    adv = _worst(_over_losses(recs, "adv_err"))
+    return _worst([mask[0], adv]), mask[0] == 0 and adv < t.group_mean
+
+
+@_check("reference log-probs = the starting policy's")
+def _reference(recs, specs, t, offers) -> Found:
+    got = _losses_seen(recs, "ref_err", "no loss consumed reference log-probs (no KL term)")
+    return got if isinstance(got, NotApplicable) else (got[0], got[0] < t.logp_gap)
+
+
+@_check("loss = the declared objective, every minibatch")
+def _objective(recs, specs, t, offers) -> Found:
+    if offers.spec is None:
+        return NotApplicable("the adapter declares no rlbisect.check.spec.Objective")
+    errors = [max(a, b) if a == a and b == b else math.nan
+              for a, b in zip(_over_losses(recs, "value_err"), _over_losses(recs, "grad_err"))]
+    if not errors:
+        return NotApplicable("the loop never showed its tap a loss")
+    value = _worst(errors)
+    return value, value < t.objective
+
+
+def _need(specs, field: str) -> Optional[NotApplicable]:
+    if any(s is None for s in specs):
+        return NotApplicable("the adapter declares no run_spec(steps, settings)")
+    if any(getattr(s, field) is None for s in specs):
+        return NotApplicable(f"the adapter's run_spec declares no {field}")
+    return None
+
+
+@_check("each step draws distinct training tasks")
+def _tasks(recs, specs, t, offers) -> Found:
+    if any(s.tasks is None for rec in recs for s in rec.steps):
+        return NotApplicable("the adapter's Truth has no `tasks`")
+    if (why := _need(specs, "train_tasks")) is not None:
+        return why
+    bad = 0
+    for rec, spec in zip(recs, specs):
+        for s in rec.steps:
+            groups = [s.tasks[i:i + s.group_size] for i in range(0, len(s.tasks), s.group_size)]
+            firsts = [g[0] for g in groups]
+            bad += sum(len(set(g)) != 1 for g in groups) + len(firsts) - len(set(firsts))
+            bad += sum(task not in spec.train_tasks or task in (spec.heldout_tasks or ()) for task in firsts)
+    return float(bad), bad == 0
+
+
+@_check("the task stream moves with steps and seeds")
+def _stream(recs, specs, t, offers) -> Found:
+    if any(s.tasks is None for rec in recs for s in rec.steps):
+        return NotApplicable("the adapter's Truth has no `tasks`")
+    same = 0
+    for rec in recs:
+        sets = [frozenset(s.tasks) for s in rec.steps]
+        same += sum(a == b for a, b in zip(sets, sets[1:]))
+    if len(recs) > 1 and recs[0].steps and recs[1].steps:    # runs A and B start from seeds s and s + 1
+        same += recs[0].steps[0].tasks == recs[1].steps[0].tasks
+    return float(same), same == 0
+
+
+@_check("evaluation: held-out tasks, weights untouched")
+def _evaluation(recs, specs, t, offers) -> Found:
+    evals = [e for rec in recs for e in rec.evals]
+    if not evals:
+        return NotApplicable("the loop never showed its tap an evaluation")
+    if (why := _need(specs, "heldout_tasks")) is not None:
+        return why
+    bad = 0
+    for rec, spec in zip(recs, specs):
+        bad += sum(task not in spec.heldout_tasks for e in rec.evals for task in e.tasks)
+        bad += sum(e.weights_changed for e in rec.evals) + sum(o.in_eval for o in rec.opt_steps)
+    return float(bad), bad == 0
+
+
+def _steps_or_na(recs) -> Optional[NotApplicable]:
+    if not any(rec.opt_steps for rec in recs):
+        return NotApplicable("no torch.optim optimizer took a step")
+    return None
+
+
+def _close(a: Any, b: Any, rel: float = 1e-6) -> bool:
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+    try:
+        return abs(float(a) - float(b)) <= rel * max(abs(float(b)), 1e-12)
+    except (TypeError, ValueError):
+        return a == b
+
+
+@_check("optimizer = the configured one")
+def _optimizer(recs, specs, t, offers) -> Found:
+    if (why := _steps_or_na(recs) or _need(specs, "optimizer")) is not None:
+        return why
+    bad = 0
+    for rec, spec in zip(recs, specs):
+        policy = rec.steps[-1].params if rec.steps else None
+        for o in rec.opt_steps:
+            bad += o.kind != spec.optimizer
+            bad += sum(not _close(g.get(k), v) for g in o.groups for k, v in spec.hyper.items())
+            bad += policy is not None and o.params != policy
+    return float(bad), bad == 0
+
+
+@_check("gradients clipped to max_grad_norm before each step")
+def _clipped(recs, specs, t, offers) -> Found:
+    if (why := _steps_or_na(recs) or _need(specs, "max_grad_norm")) is not None:
+        return why
+    excess = _worst([o.grad_norm / spec.max_grad_norm - 1 for rec, spec in zip(recs, specs) for o in rec.opt_steps])
+    return excess, excess < t.grad_clip
+
+
+@_check("learning rate = the schedule at every step")
+def _lr(recs, specs, t, offers) -> Found:
+    if (why := _steps_or_na(recs) or _need(specs, "lr")) is not None:
+        return why
+    errors = []
+    for rec, spec in zip(recs, specs):
+        for o in rec.opt_steps:
+            want = spec.lr * lr_factor(spec.schedule, o.n)
+            errors += [abs(g["lr"] - want) / max(abs(want), spec.lr * 1e-3) for g in o.groups]
+    value = _worst(errors)
+    return value, value < t.lr
+
+
+@_check("optimizer state persists across steps")
+def _state(recs, specs, t, offers) -> Found:
+    if (why := _steps_or_na(recs)) is not None:
+        return why
+    breaks = 0
+    for rec in recs:
+        steps = rec.opt_steps
+        breaks += sum(a.optimizer is not b.optimizer for a, b in zip(steps, steps[1:]))
+        counted = [o.state_step for o in steps if o.state_step == o.state_step]
+        breaks += sum(b != a + 1 for a, b in zip(counted, counted[1:]))
+    return float(breaks), breaks == 0

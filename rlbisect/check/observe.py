@@ -1,0 +1,206 @@
+"""Taps on a trainer: what its loss is handed and computes, what it samples and evaluates, and what
+every optimizer step receives. Observed, never recomputed by the trainer's side.
+
+A trainer's loop (or its adapter) calls a tap, a plain callable ``tap(event, **values)``:
+
+    tap("sampled", step=k, model=policy, batch=batch, truth=Truth)
+        once per training step, after sampling and before the update: the trainer's policy, its
+        batch, and what the sampler recorded (:class:`~rlbisect.check.adapter.Truth`, with ``tasks``)
+    tap("loss", rows=..., mask=..., old_logp=..., advantages=..., ref_logp=None, logits=None,
+        targets=None, logp=None, loss=loss)
+        every forward pass of the loss, before its backward: the rows of the step's batch, the
+        tensors the loss consumes exactly as it consumes them, the policy's raw (untempered)
+        ``logits`` with ``targets`` (or its log-probs ``logp``) still attached to the graph, and
+        the loss it returns (None where the loss is formed later: its identity is then unchecked)
+    tap("eval_begin", step=k, model=policy, tasks=[...]) ... tap("eval_end", step=k, model=policy)
+        around an evaluation
+
+Optimizer steps need no tap: torch's global optimizer hooks see every one (any optimizer, wrapped or
+not). A :class:`Recorder` is the tap: it compares each observation with an independent value as it
+comes (the graph and the weights move on), and keeps only the numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from rlbisect.check.spec import Objective, advantages, objective_loss
+
+NAN = float("nan")
+
+
+@dataclass
+class LossSeen:
+    """One forward pass of the loss, compared with the declared objective and the step's truth."""
+
+    step: int
+    value_err: float = NAN   # |loss - declared objective of what it consumed|, relative
+    grad_err: float = NAN    # |d loss / d logits - d declared / d logits| / |d declared / d logits|
+    mask_wrong: float = NAN  # positions where the consumed mask differs from the sampler's
+    old_err: float = NAN     # max |consumed old log-prob - the sampler's| on trained positions
+    adv_err: float = NAN     # max |consumed advantage - the declared estimator of the rewards|
+    ref_err: float = NAN     # max |consumed reference log-prob - the initial policy's| on trained positions
+
+
+@dataclass
+class OptSeen:
+    """One optimizer step, as the step's pre-hook saw it."""
+
+    step: int                # the training step it belongs to (-1: before any was sampled)
+    n: int                   # optimizer steps before it in the run
+    optimizer: Any           # the object (kept, so a freed one's id is never reused)
+    kind: str                # its class name
+    groups: list[dict]       # each param group's values other than params
+    grad_norm: float         # global norm of the gradients it is about to apply
+    params: frozenset        # ids of the parameters it steps
+    state_step: float        # its own step count for the first parameter (NaN when it keeps none)
+    in_eval: bool            # taken between eval_begin and eval_end
+
+
+@dataclass
+class StepSeen:
+    step: int
+    tasks: Optional[list]            # task id per row
+    group_size: int
+    logp_gap: float                  # max |trainer log-prob at sampling - the sampler's| on sampled positions
+    params: frozenset                # ids of the policy's parameters
+    reward_err: float = NAN          # max |reward - the configured rule applied again| (NaN: not offered)
+
+
+@dataclass
+class EvalSeen:
+    step: int
+    tasks: list
+    weights_changed: bool = False
+
+
+@dataclass
+class Recorder:
+    """The tap. ``adapter`` gives the independent log-probs (``log_probs``); ``spec`` the objective
+    the loss is compared with (None: that comparison is skipped)."""
+
+    adapter: Any
+    spec: Optional[Objective] = None
+    sampler_logp: bool = True
+    steps: list[StepSeen] = field(default_factory=list)
+    losses: list[LossSeen] = field(default_factory=list)
+    opt_steps: list[OptSeen] = field(default_factory=list)
+    evals: list[EvalSeen] = field(default_factory=list)
+    _batch: Any = None
+    _truth: Any = None
+    _at_sampling: Optional[torch.Tensor] = None
+    _initial: Any = None
+    _initial_logp: Optional[torch.Tensor] = None   # the starting policy's log-probs of this step's batch
+    _eval_weights: Optional[list] = None
+
+    def __call__(self, event: str, **values) -> None:
+        getattr(self, "_" + event.replace("-", "_"))(**values)
+
+    # -- sampling ------------------------------------------------------------------------------
+    def _sampled(self, step: int, model, batch, truth) -> None:
+        if self._initial is None:            # the reference a KL term must use: the starting policy
+            self._initial = copy.deepcopy(model)
+        self._batch, self._truth, self._initial_logp = batch, truth, None
+        with torch.no_grad():
+            self._at_sampling = self.adapter.log_probs(model, batch)
+        on = truth.owned > 0
+        gap = (self._at_sampling - truth.sample_logp).abs()[on] if self.sampler_logp else torch.zeros(0)
+        tasks = None if truth.tasks is None else [int(t) for t in truth.tasks]
+        rewards = NAN if truth.rescored is None else float((truth.rewards.float() - truth.rescored.float()).abs().max())
+        self.steps.append(StepSeen(step, tasks, truth.group_size, float(gap.max()) if gap.numel() else 0.0,
+                                   frozenset(id(p) for p in model.parameters()), rewards))
+
+    # -- the loss ------------------------------------------------------------------------------
+    def _loss(self, rows, mask, old_logp, advantages, loss=None, ref_logp=None, logits=None, targets=None,
+              logp=None) -> None:
+        seen = LossSeen(self.steps[-1].step if self.steps else -1)
+        if self.spec is not None and loss is not None:
+            seen.value_err, seen.grad_err = loss_identity(self.spec, loss, mask, old_logp, advantages, ref_logp,
+                                                          logits, targets, logp)
+        truth = self._truth
+        if truth is not None:
+            owned = truth.owned[rows]
+            on = (owned > 0) & (mask > 0)
+            seen.mask_wrong = float((mask.float() != owned.float()).sum())
+            at_sampling = truth.sample_logp if self.sampler_logp else self._at_sampling
+            assert at_sampling is not None, "the sampled event comes before the step's loss"
+            sampled = at_sampling[rows]
+            seen.old_err = _max_abs(old_logp.detach() - sampled, on)
+            if self.spec is not None:
+                declared = advantages_of(truth, self.spec)[rows]
+                seen.adv_err = float((advantages.detach().double() - declared).abs().max())
+            if ref_logp is not None:
+                if self._initial_logp is None:
+                    with torch.no_grad():
+                        self._initial_logp = self.adapter.log_probs(self._initial, self._batch)
+                seen.ref_err = _max_abs(ref_logp.detach() - self._initial_logp[rows], on)
+        self.losses.append(seen)
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def _eval_begin(self, step: int, model, tasks) -> None:
+        self.evals.append(EvalSeen(step, [int(t) for t in tasks]))
+        self._eval_weights = [p.detach().clone() for p in model.parameters()]
+
+    def _eval_end(self, step: int, model) -> None:
+        before, self._eval_weights = self._eval_weights, None
+        if before is not None and self.evals:
+            after = list(model.parameters())
+            self.evals[-1].weights_changed = len(after) != len(before) or \
+                not all(torch.equal(a.detach(), b) for a, b in zip(after, before))
+
+    # -- optimizer steps -------------------------------------------------------------------------
+    @contextmanager
+    def watching(self) -> Iterator["Recorder"]:
+        """Every optimizer step in the block is recorded (:class:`OptSeen`)."""
+        def before(optimizer, args, kwargs):
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            grads = [p.grad.detach().double().norm() for p in params if p.grad is not None]
+            first = optimizer.state.get(params[0], {}) if params else {}
+            state_step = first.get("step", NAN)
+            self.opt_steps.append(OptSeen(
+                self.steps[-1].step if self.steps else -1, len(self.opt_steps), optimizer, type(optimizer).__name__,
+                [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups],
+                float(torch.stack(grads).norm()) if grads else 0.0, frozenset(id(p) for p in params),
+                float(state_step), self._eval_weights is not None))
+        handle = register_optimizer_step_pre_hook(before)
+        try:
+            yield self
+        finally:
+            handle.remove()
+
+
+def _max_abs(diff: torch.Tensor, on: torch.Tensor) -> float:
+    d = diff.abs()[on]
+    return float(d.max()) if d.numel() else 0.0
+
+
+def advantages_of(truth, spec: Objective) -> torch.Tensor:
+    return advantages(truth.rewards, truth.group_size, spec)
+
+
+def loss_identity(spec: Objective, loss: torch.Tensor, mask, old_logp, adv, ref_logp=None, logits=None,
+                  targets=None, logp=None) -> tuple[float, float]:
+    """(value error, gradient error) of the trainer's ``loss`` against the declared objective of the
+    very tensors it consumed. The gradient is taken with respect to the policy's logits (or its
+    log-probs), without disturbing the trainer's graph."""
+    x = logits if logits is not None else logp
+    if x is None or not x.requires_grad:
+        return NAN, NAN
+    g_trainer = torch.autograd.grad(loss, x, retain_graph=True, allow_unused=True)[0]
+    if g_trainer is None:
+        g_trainer = torch.zeros_like(x)
+    mine = x.detach().clone().requires_grad_(True)
+    ours = objective_loss(spec, mask.detach(), old_logp.detach(), adv.detach(),
+                          logits=mine if logits is not None else None, targets=targets,
+                          logp=mine if logits is None else None,
+                          ref_logp=None if ref_logp is None else ref_logp.detach())
+    (g_ours,) = torch.autograd.grad(ours, mine)
+    value = abs(float(loss.detach()) - float(ours.detach())) / max(abs(float(ours.detach())), 1e-3)
+    grad = float((g_trainer - g_ours).norm() / g_ours.norm().clamp(min=1e-12))
+    return value, grad

@@ -1,0 +1,152 @@
+"""What a trainer declares it does, as data, and what that declaration implies, computed here.
+
+The checks compare what they *observe* the trainer do with what its adapter *declares* (the loss it
+means to compute, the optimizer and schedule its loop means to step, the tasks it may draw). The
+declarations are plain values, so the expected numbers below come from rlbisect's own formulas and
+never from the trainer's code: a fault in the trainer cannot also move what it is compared with.
+
+Shapes: b rows, P next-token positions, V vocabulary; ``mask`` is 1 on the positions trained on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+import torch
+
+Aggregation = Literal["token_mean", "seq_mean_token_mean", "token_sum"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The per-minibatch loss a trainer means to compute (PPO/GRPO family).
+
+    loss = agg(-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A))
+           + kl_coef * agg_kl(KL estimator(logp, ref_logp))
+           - entropy_coef * agg_entropy(entropy of softmax(logits / temperature))
+
+    with r = exp(logp - old_logp) and logp = log softmax(logits / temperature)[target]. Each ``agg``
+    is over the rows handed to the loss: ``token_mean`` (every trained token alike),
+    ``seq_mean_token_mean`` (every episode alike) or ``token_sum`` divided by ``sum_norm`` (Dr.
+    GRPO's constant). ``kind`` other than "ppo-clip" means another objective: its exact identities
+    are not checked (n/a), only the ones that hold for any policy gradient.
+    """
+
+    kind: str = "ppo-clip"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    aggregation: Aggregation = "token_mean"
+    sum_norm: float = 1.0
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_aggregation: Optional[Aggregation] = None        # None: as ``aggregation``
+    entropy_coef: float = 0.0
+    entropy_aggregation: Optional[Aggregation] = None   # None: as ``aggregation``
+    temperature: float = 1.0
+    #: group_mean_std: (r - group mean) / (group std + adv_eps); group_mean: r - group mean;
+    #: loo: r - mean of the others in the group (RLOO)
+    advantages: Literal["group_mean_std", "group_mean", "loo"] = "group_mean_std"
+    adv_eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A learning-rate schedule over optimizer steps n = 0, 1, ...: linear warmup over ``warmup``
+    steps (factor (n + 1) / warmup, or n / warmup with ``warmup_from_zero``, Hugging Face's
+    convention), then ``kind``: constant, or a linear or cosine decay to ``min_ratio`` at ``total``."""
+
+    kind: Literal["constant", "linear", "cosine"] = "constant"
+    warmup: int = 0
+    total: int = 0
+    warmup_from_zero: bool = False
+    min_ratio: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a trainer's loop means to do over a short run."""
+
+    optimizer: str                                  # the torch.optim class that steps, e.g. "Adam"
+    lr: float
+    hyper: dict = field(default_factory=dict)       # other param-group values it holds (betas, eps, weight_decay)
+    schedule: Schedule = Schedule()
+    max_grad_norm: Optional[float] = None           # global gradient-norm clip before each step (None: none)
+    train_tasks: Optional[frozenset] = None         # the task ids training may draw
+    heldout_tasks: Optional[frozenset] = None       # the task ids evaluation may use (and training may not)
+
+
+def lr_factor(s: Schedule, n: int) -> float:
+    """The schedule's multiplier of the base learning rate at optimizer step ``n`` (0-based)."""
+    if n < s.warmup:
+        return (n if s.warmup_from_zero else n + 1) / s.warmup
+    if s.kind == "constant":
+        return 1.0
+    span = max(s.total - s.warmup, 1)
+    progress = min(max(n - s.warmup, 0) / span, 1.0)
+    shape = 1.0 - progress if s.kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return s.min_ratio + (1.0 - s.min_ratio) * shape
+
+
+def advantages(rewards: torch.Tensor, group_size: int, spec: Objective) -> torch.Tensor:
+    """The declared advantage of every row from the rewards alone; rows laid out group by group."""
+    r = rewards.double().view(-1, group_size)
+    if spec.advantages == "loo":
+        out = r - (r.sum(-1, keepdim=True) - r) / max(group_size - 1, 1)
+    else:
+        out = r - r.mean(-1, keepdim=True)
+        if spec.advantages == "group_mean_std":
+            out = out / (r.std(-1, keepdim=True) + spec.adv_eps)
+    return out.flatten()
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from tokens the policy sampled (Schulman's k1,
+    k2, k3: with x = ref_logp - logp, k1 = -x, k2 = x^2 / 2, k3 = e^x - x - 1)."""
+    x = ref_logp - logp
+    if estimator == "k1":
+        return -x
+    if estimator == "k2":
+        return 0.5 * x * x
+    return x.exp() - x - 1
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str, sum_norm: float = 1.0) -> torch.Tensor:
+    mask = mask.to(per_token.dtype)
+    if how == "token_mean":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+    if how == "seq_mean_token_mean":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    if how == "token_sum":
+        return (per_token * mask).sum() / sum_norm
+    raise ValueError(f"unknown aggregation {how!r}")
+
+
+def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                   logits: Optional[torch.Tensor] = None, targets: Optional[torch.Tensor] = None,
+                   logp: Optional[torch.Tensor] = None, ref_logp: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The declared loss of one forward pass, from the policy's raw (untempered) ``logits`` and the
+    ``targets``, or from its log-probs ``logp`` when the logits are not offered (then the entropy
+    term cannot be formed: entropy_coef must be 0)."""
+    scaled = None
+    if logits is not None:
+        assert targets is not None, "objective_loss's logits come with their targets"
+        scaled = logits / spec.temperature
+        logp = torch.log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    assert logp is not None, "objective_loss needs logits and targets, or logp"
+    ratio = (logp - old_logp).exp()
+    a = adv[:, None].to(logp.dtype)
+    clipped = ratio.clamp(1 - spec.clip_low, 1 + spec.clip_high)
+    loss = aggregate(-torch.min(ratio * a, clipped * a), mask, spec.aggregation, spec.sum_norm)
+    if spec.kl_coef:
+        assert ref_logp is not None, "a KL term needs the reference log-probs"
+        kl = kl_estimate(logp, ref_logp, spec.kl_estimator)
+        loss = loss + spec.kl_coef * aggregate(kl, mask, spec.kl_aggregation or spec.aggregation, spec.sum_norm)
+    if spec.entropy_coef:
+        assert scaled is not None, "an entropy term needs the logits"
+        lp = torch.log_softmax(scaled, -1)
+        entropy = -(lp.exp() * lp).sum(-1)
+        loss = loss - spec.entropy_coef * aggregate(entropy, mask, spec.entropy_aggregation or spec.aggregation,
+                                                    spec.sum_norm)
+    return loss

@@ -1,0 +1,66 @@
+"""The run-level checks fail on the faults only a trainer's own loop shows, and pass without them."""
+
+import random
+
+import pytest
+
+from reference_trainer.adapter import make_adapter
+from rlbisect.check.run_level import RUN_CHECKS, run_checks
+
+CAUGHT = {
+    "short runs complete": ["adv_no_eps"],
+    "sampler = trainer log-prob, every step": ["sampler_stale", "sampler_top_k"],
+    "rewards = the configured reward rule, every step": ["env_cfg_ignored", "unsubmitted_rewarded"],
+    "old log-probs = the sampler's, every minibatch": ["stale_old_logp", "sampler_stale"],
+    "mask and advantages = the step's batch": ["mask_shift", "adv_renorm_in_update", "rewards_misaligned"],
+    "reference log-probs = the starting policy's": ["ref_synced", "ref_is_policy", "ref_untempered"],
+    "loss = the declared objective, every minibatch": ["kl_k3_reversed", "entropy_untempered", "clip_max"],
+    "each step draws distinct training tasks": ["tasks_with_replacement", "heldout_in_train", "group_tiled"],
+    "the task stream moves with steps and seeds": ["tasks_reseeded"],
+    "optimizer = the configured one": ["weight_decay_ignored"],
+    "gradients clipped to max_grad_norm before each step": ["clip_grad_after_step", "grad_clip_hardcoded"],
+    "learning rate = the schedule at every step": ["optimizer_lr_ignored", "scheduler_per_microbatch",
+                                                   "warmup_zero_first"],
+    "optimizer state persists across steps": ["optimizer_per_step"],
+    "evaluation leaves training alone": ["eval_train_rng", "log_sample_rng"],
+}
+
+
+@pytest.fixture(scope="module")
+def checked():
+    cache = {}
+
+    def get(bug=None):
+        if bug not in cache:
+            cache[bug] = run_checks(make_adapter(bug=bug))
+        return cache[bug]
+    return get
+
+
+def test_healthy_passes_every_run_level_check_and_none_is_na(checked):
+    res = checked()
+    assert list(res) == list(RUN_CHECKS)
+    assert all(r.passed and not r.na for r in res.values()), [r for r in res.values() if not r.passed or r.na]
+
+
+@pytest.mark.parametrize("check,bug", [(c, b) for c, bugs in CAUGHT.items() for b in bugs])
+def test_each_check_fails_on_its_faults(checked, check, bug):
+    assert not checked(bug)[check].passed, checked(bug)[check]
+
+
+def test_a_run_that_raises_fails_with_what_it_raised(checked):
+    res = checked("adv_no_eps")
+    assert res["short runs complete"].detail.startswith("the trainer's loop raised RuntimeError")
+    assert all(r.passed and r.na for name, r in res.items() if name != "short runs complete")
+
+
+def test_without_a_tap_only_the_rows_are_checked_and_a_runner_that_does_not_repeat_fails():
+    class Unseeded:
+        def train_run(self, steps, seed, eval_every):
+            return [{"step": s, "reward": random.random()} for s in range(steps)]
+    res = run_checks(Unseeded())
+    assert not res["same seed, same rows"].passed and res["same seed, same rows"].value == 3
+    assert "cannot be told apart" in res["evaluation leaves training alone"].na
+    assert "no torch.optim optimizer" in res["optimizer state persists across steps"].na
+    assert "takes no `tap`" in res["sampler = trainer log-prob, every step"].na
+    assert all(r.passed and "has no train_run" in r.na for r in run_checks(object()).values())

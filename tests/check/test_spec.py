@@ -1,0 +1,70 @@
+"""The declarations' own arithmetic, against numbers worked out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from rlbisect.check.spec import Objective, Schedule, advantages, kl_estimate, lr_factor, objective_loss
+
+
+def test_schedules_warm_up_then_hold_or_decay():
+    assert [lr_factor(Schedule(warmup=4), n) for n in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    hf = Schedule(warmup=4, warmup_from_zero=True)        # Hugging Face: the first step at lr 0
+    assert [lr_factor(hf, n) for n in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    linear = Schedule(kind="linear", warmup=2, total=6)
+    assert [lr_factor(linear, n) for n in range(8)] == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
+    cosine = Schedule(kind="cosine", total=4, min_ratio=0.1)
+    assert [lr_factor(cosine, n) for n in (0, 2, 4)] == pytest.approx([1.0, 0.55, 0.1])
+
+
+def test_advantage_estimators():
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0])
+    grpo = advantages(r, 4, Objective(adv_eps=0.0))
+    assert grpo[:4].tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5]) and grpo[4:].isnan().all()
+    assert advantages(r, 4, Objective())[4:].tolist() == [0.0] * 4             # a flat group: 0, with eps
+    assert advantages(r, 4, Objective(advantages="group_mean"))[:4].tolist() == [0.75, -0.25, -0.25, -0.25]
+    assert advantages(r, 4, Objective(advantages="loo"))[:4].tolist() == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3])
+
+
+def test_kl_estimators_are_schulmans():
+    logp, ref = torch.tensor([-1.0]), torch.tensor([-1.5])      # x = ref - logp = -0.5
+    assert kl_estimate(logp, ref, "k1").item() == pytest.approx(0.5)
+    assert kl_estimate(logp, ref, "k2").item() == pytest.approx(0.125)
+    assert kl_estimate(logp, ref, "k3").item() == pytest.approx(math.exp(-0.5) + 0.5 - 1)
+
+
+def test_the_clipped_surrogate_by_hand():
+    old = torch.zeros(1, 4)
+    logp = torch.tensor([[math.log(1.5), math.log(1.5), math.log(0.5), math.log(0.5)]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    spec = Objective(clip_low=0.2, clip_high=0.2)
+    # A = 1: min(1.5, 1.2) = 1.2 on the first two tokens, min(0.5, 0.8) = 0.5 on the third
+    loss = objective_loss(spec, mask, old, torch.tensor([1.0]), logp=logp)
+    assert loss.item() == pytest.approx(-(1.2 + 1.2 + 0.5) / 3)
+    # A = -1: min(-1.5, -1.2) = -1.5, and min(-0.5, -0.8) = -0.8 (clipped, constant)
+    lp = logp.clone().requires_grad_()
+    loss = objective_loss(spec, mask, old, torch.tensor([-1.0]), logp=lp)
+    assert loss.item() == pytest.approx((1.5 + 1.5 + 0.8) / 3)
+    loss.backward()
+    assert lp.grad[0, 2] == 0 and lp.grad[0, 0] != 0 and lp.grad[0, 3] == 0
+
+
+def test_terms_aggregate_as_declared():
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [10.0, 99.0, 99.0]])
+    logits = torch.zeros(2, 3, 5)
+    targets = torch.zeros(2, 3, dtype=torch.long)
+    lp = math.log(1 / 5)
+    old = torch.full((2, 3), lp)
+    ref = old - per_token                      # k1 = logp - ref = per_token
+    kl = Objective(kl_coef=1.0, kl_estimator="k1", clip_low=10, clip_high=10)
+    zero = torch.zeros(2)
+    token = objective_loss(kl, mask, old, zero, logits=logits, targets=targets, ref_logp=ref)
+    episode = objective_loss(Objective(kl_coef=1.0, kl_estimator="k1", aggregation="seq_mean_token_mean"),
+                             mask, old, zero, logits=logits, targets=targets, ref_logp=ref)
+    assert token.item() == pytest.approx(16 / 4) and episode.item() == pytest.approx((2 + 10) / 2)
+    entropy = objective_loss(Objective(entropy_coef=1.0), mask, old, zero, logits=logits, targets=targets)
+    assert entropy.item() == pytest.approx(-math.log(5))          # uniform over 5 tokens
+    with pytest.raises(AssertionError, match="entropy term needs the logits"):
+        objective_loss(Objective(entropy_coef=1.0), mask, old, zero, logp=old)
