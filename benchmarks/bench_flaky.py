@@ -22,6 +22,7 @@ each CLI with the ``sh`` predicate; same table run for run. Needs ``git-bayesect
     python benchmarks/bench_flaky.py --known-rates [both|choice|stop] --histories 400
     python benchmarks/bench_flaky.py --histories 400 --blocks 40 [--peer-confidence 0.95]
     python benchmarks/bench_flaky.py --pairs 0:0.3,0.4:0.8,0.6:1 --histories 200
+    python benchmarks/bench_flaky.py --clean-prior 0 --histories 400   # the prior before issue 37
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import bayesect_peer  # noqa: E402
 from flaky_blocks import block_lines, wrong_count  # noqa: E402
 from flaky_told import search_rlbisect  # noqa: E402
 
-from rlbisect.bisect import bayes  # noqa: E402
+from rlbisect.bisect import bayes, bayes_fit  # noqa: E402
 
 #: (label, failure rate before the culprit, failure rate from the culprit on)
 CASES = (("symmetric 0.05", 0.05, 0.95), ("symmetric 0.1", 0.1, 0.9),
@@ -296,6 +297,9 @@ def main() -> None:
                     help="simulated peer: give up (no answer) after this many runs")
     ap.add_argument("--jobs", type=int, default=2, help="histories measured in parallel")
     ap.add_argument("--details", action="store_true", help="also print every history")
+    ap.add_argument("--clean-prior", type=float, metavar="W",
+                    help="simulated: rlbisect's prior weight of a clean predicate (default: as "
+                         "shipped; 0: the prior before issue 37)")
     args = ap.parse_args()
     if (why := bayesect_peer.available()):
         sys.exit(f"bench_flaky: {why}")
@@ -311,6 +315,10 @@ def main() -> None:
         sys.exit("bench_flaky: --peer-confidence must lie between 0.5 and 1, --blocks >= 1")
     if args.plot and not levels:
         sys.exit("bench_flaky: --plot draws the frontier (add --frontier LEVELS)")
+    if args.clean_prior is not None:
+        if args.real or not 0 <= args.clean_prior < 1:
+            sys.exit("bench_flaky: --clean-prior is simulated only, in [0, 1)")
+        bayes_fit.CLEAN_PRIOR = args.clean_prior     # the pool's workers fork after this
     if args.pairs:
         global CASES
         CASES = parse_pairs(args.pairs)
@@ -324,7 +332,8 @@ def main() -> None:
             "choice": ", told the true rates for choosing runs only",
             "stop": ", told the true rates for stopping only"}[args.known_rates]
     print(f"{args.commits}-commit histories, {args.histories} per case, seed {args.seed}, {mode}; "
-          f"rlbisect --flaky (confidence {conf}, budget {bayes.default_max_runs(n)} runs{told}) vs "
+          f"rlbisect --flaky (confidence {conf}, budget {bayes.default_max_runs(n)} runs, clean "
+          f"prior {bayes_fit.CLEAN_PRIOR:g}{told}) vs "
           f"git-bayesect {bayesect_peer.VERSION} run --confidence {peer_conf}")
     if levels:
         return frontier(args, cases, n, levels)

@@ -83,6 +83,7 @@ def main() -> None:
             "matrix 8, warm": ([py, *cli, *matrix8], [py, *entry, *matrix8]),
         }
         warm_env = {**env_new, "RLBISECT_WARM_DIR": str(Path(tmp) / "warm")}
+        (Path(tmp) / "warm").mkdir(mode=0o700)   # rlbisect refuses to create it
         timed([py, *cli, "check"], env_new, run_dir)      # the starting policy is cached first
         started = subprocess.run([py, *entry, "warm", "start"], env=warm_env, cwd=run_dir, capture_output=True)
         if started.returncode:

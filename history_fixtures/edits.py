@@ -30,10 +30,10 @@ BENIGN = [
          "        surrogate = pessimistic(ratio * adv, clipped * adv)",
          "        surrogate = pessimistic(ratio * adv, clipped * adv)   # [B, T-1]: the pessimistic bound"),)),
     Edit("update: sort imports", (("update.py",
-         "from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss\n"
+         "from .losses import aggregate, entropy_from_logits, kl_penalty, policy_loss\n"
          "from .policy import selected_log_probs\n",
          "from .policy import selected_log_probs\n"
-         "from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss\n"),)),
+         "from .losses import aggregate, entropy_from_logits, kl_penalty, policy_loss\n"),)),
     Edit("sampler: comment the lockstep loop", (("sampler.py",
          "    while not all(env.done for env in envs):",
          "    # One position per iteration for every row: forced tokens first, then samples.\n"

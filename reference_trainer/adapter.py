@@ -9,7 +9,7 @@ import copy
 
 import torch
 
-from rlbisect.check import Prepared, Truth
+from rlbisect.check import Capabilities, Prepared, Truth
 
 from . import declared
 from .base import make_base
@@ -50,6 +50,11 @@ class ReferenceAdapter:
     @property
     def objective(self):
         return declared.objective(self.cfg)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        u = self.cfg.update     # one epoch of one minibatch: the ratio is 1 at the only step, by design
+        return Capabilities(one_step_per_batch=u.epochs * u.minibatches == 1)
 
     def policy(self):
         return copy.deepcopy(self._base)

@@ -24,7 +24,7 @@ from .tasks import N_FIXES, make_tasks
 VARIANTS = {
     "temperature 0.7, entropy bonus": {"temperature": 0.7, "entropy_coef": 0.01},
     "KL k1": {"kl_coef": 0.1, "kl_kind": "k1"},
-    "per-episode mean": {"loss_mode": "seq_mean_token_mean"},
+    "per-episode mean, 3 microbatches": {"loss_mode": "seq_mean_token_mean", "microbatches": 3},
     "2 microbatches": {"microbatches": 2},
 }
 
@@ -38,12 +38,11 @@ RUN_VARIANT = {**{k: v for settings in VARIANTS.values() for k, v in settings.it
 
 
 def objective(cfg: RLConfig) -> Objective:
-    """The loss update.minibatch_loss means to compute: PPO's clipped surrogate under the configured
-    aggregation; the KL and entropy terms are token means whatever the aggregation."""
+    """The loss update.minibatch_loss means to compute: PPO's clipped surrogate, its KL and entropy
+    terms, all under the configured aggregation."""
     u = cfg.update
     return Objective(kind="ppo-clip", clip_low=u.clip_eps, clip_high=u.clip_eps, aggregation=u.loss_mode,
-                     kl_coef=u.kl_coef, kl_estimator=u.kl_kind, kl_aggregation="token_mean",
-                     entropy_coef=u.entropy_coef, entropy_aggregation="token_mean",
+                     kl_coef=u.kl_coef, kl_estimator=u.kl_kind, entropy_coef=u.entropy_coef,
                      temperature=cfg.sampler.temperature, advantages="group_mean_std", adv_eps=u.adv_eps)
 
 

@@ -19,7 +19,7 @@ import torch
 
 from .batch import prepare_batch
 from .faults import ENTROPY_COEF
-from .losses import entropy_from_logits, kl_penalty, masked_mean, policy_loss
+from .losses import aggregate, entropy_from_logits, kl_penalty, policy_loss
 from .policy import selected_log_probs
 
 
@@ -85,7 +85,7 @@ def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None
         # entropy_untempered: taken before the logits are scaled (OpenRLHF/OpenRLHF#1319);
         # entropy_unmasked: averaged over every position, padding included (huggingface/trl#6121)
         per_token = entropy_from_logits(raw if bug == "entropy_untempered" else logits)
-        entropy = per_token.mean() if bug == "entropy_unmasked" else masked_mean(per_token, m)
+        entropy = per_token.mean() if bug == "entropy_unmasked" else aggregate(per_token, m, u.loss_mode)
     if bug == "entropy_sign":
         loss = loss + ENTROPY_COEF * entropy
     elif u.entropy_coef:
@@ -98,7 +98,7 @@ def minibatch_loss(model, batch, rows, mask, old_logp, advantages, cfg, bug=None
         # kl_detached: the estimator run under no_grad, a logged number only (NovaSky-AI/SkyRL#1340)
         per_token_kl = kl_penalty(logp.detach() if bug == "kl_detached" else logp, ref_logp, u.kl_kind, bug)
         # kl_unmasked: averaged over every position, prompt and padding included (natolambert/rlhf-book#216)
-        kl = per_token_kl.mean() if bug == "kl_unmasked" else masked_mean(per_token_kl, m)
+        kl = per_token_kl.mean() if bug == "kl_unmasked" else aggregate(per_token_kl, m, u.loss_mode)
         kl_sign = -1.0 if bug == "kl_sign" else 1.0   # the penalty subtracted (Jiayi-Pan/TinyZero#72)
         loss = loss + kl_sign * u.kl_coef * kl
         stats["kl_ref"] = kl.item()

@@ -107,6 +107,17 @@ class InputError(RlbisectError):
     exit_code = ExitCode.USAGE
 
 
+class CannotRun(RlbisectError):
+    """The code under test cannot be checked here at all (exit 125, git bisect run's skip): the
+    adapter does not fit this code (it, or the trainer it imports, fails to import; a framework
+    attribute it reaches for is not there; its factory cannot build the trainer for reasons
+    outside the code under test). An adapter raises it, from its factory or from any probe point,
+    for a capability the code it runs on lacks; the code under test raising or producing NaN is
+    never this, it is a finding (exit 1)."""
+
+    exit_code = ExitCode.CANNOT_RUN
+
+
 class GitError(RlbisectError):
     """A git command failed where it should not have (exit 1)."""
 

@@ -11,7 +11,8 @@ contract, so a worker is itself a valid bisect command:
 
     0    good   the code under test passed
     1    bad    it failed, raised, or went non-finite (the reason is kept)
-    125  skip   it cannot be judged here: the adapter or runner is not there, rlbisect failed
+    125  skip   it cannot be judged here: the adapter or runner is not there or does not fit
+                this code (it raised :class:`~rlbisect.errors.CannotRun`), rlbisect failed
 
 A worker that ends without a reply (killed, crashed in rlbisect itself) is a skip, never bad.
 """
@@ -27,16 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rlbisect.errors import Cause, Verdict
+from rlbisect.errors import CannotRun, Cause, Verdict
+
+__all__ = ["CannotRun", "Reply", "WORKERS", "first_line", "raised_in", "read_reply", "worker_main"]
 
 #: The programs a fork server may run for a probe: rlbisect's own, nothing a request names.
 WORKERS = ("rlbisect.bisect.predicates.invariants", "rlbisect.bisect.predicates.train_runs",
            "rlbisect.steps.at")
 _EXIT = {Verdict.GOOD: 0, Verdict.BAD: 1, Verdict.SKIP: 125}
-
-
-class CannotRun(Exception):
-    """Raised by a worker when the code at this commit cannot be probed at all (a skip)."""
 
 
 @dataclass
@@ -84,7 +83,8 @@ def worker_main(work: Callable[[argparse.Namespace, Path], Reply], parser: argpa
                 argv: list[str] | None = None) -> int:
     """Run ``work(args, code_dir)`` under the protocol: the reply written, the exit code returned.
 
-    ``work`` raises :class:`CannotRun` for code that cannot be probed; any other exception is
+    ``work`` (or an adapter it calls) raises :class:`~rlbisect.errors.CannotRun` for code that
+    cannot be probed; any other exception is
     the code under test's (bad) when its innermost frame of either side is in ``code_dir``, and
     rlbisect's own (a skip) otherwise.
     """

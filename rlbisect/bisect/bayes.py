@@ -236,9 +236,10 @@ class FlakySearch:
             + describe_misfit(self.goods, self.bads, k)))
 
     def decide(self, confidence: float = 0.95, max_runs: int | None = None,
-               runs: int | None = None) -> Decision:
+               runs: int | None = None, since: int = 1) -> Decision:
         """Stop (found / no_regression / good_fails / misfit / skipped / unknown) or name the
-        next probe. ``runs`` counts against ``max_runs`` (default: every observation so far)."""
+        next probe. ``runs`` counts against ``max_runs`` (default: every observation so far);
+        ``since``: runs since the last decision (a round of ``--jobs``), for the periodic check."""
         if not 0.5 < confidence < 1:
             raise ValueError("confidence must be between 0.5 and 1 (exclusive)")
         post, n = self.culprit_posterior(), self.n
@@ -260,7 +261,8 @@ class FlakySearch:
         used = self.n_obs if runs is None else runs
         spent = max_runs is not None and used >= max_runs
         # a strict check now and then ends early a search whose runs will never fit
-        periodic = self.n_obs >= 2 * FIT_EVERY and self.n_obs % FIT_EVERY == 0
+        periodic = self.n_obs >= 2 * FIT_EVERY and any(
+            j % FIT_EVERY == 0 for j in range(self.n_obs - max(since, 1) + 1, self.n_obs + 1))
         if (spent or periodic) and (p := self.fit()) < (FIT_ALPHA if spent else FIT_ALPHA_EARLY):
             return self._misfit(p, FIT_ALPHA if spent else FIT_ALPHA_EARLY)
         if spent:

@@ -32,17 +32,26 @@ STEP = 0.025            #: spacing of both rate grids
 MIN_GAP = 0.2           #: the smallest rise of the failure rate the model holds
 BEFORE_GRID = np.round(np.arange(0.0, 1.0 - MIN_GAP + 1e-9, STEP), 4)  #: rates before the culprit
 AFTER_GRID = np.round(np.arange(MIN_GAP, 1.0 + 1e-9, STEP), 4)        #: rates from it on
+CLEAN_PRIOR = 0.0       #: prior weight of a clean predicate (never fails before, always after): off, see docs/noisy.md
 
 
 def rate_prior(before: Sequence[float] | np.ndarray = BEFORE_GRID,
-               after: Sequence[float] | np.ndarray = AFTER_GRID) -> np.ndarray:
-    """Prior weights of ``(f0, f1)`` on the grid, shape ``(len(before), len(after))``: each
-    rate Jeffreys' Beta(1/2, 1/2) on its own (git-bayesect's prior), kept where
-    ``f1 - f0 >= MIN_GAP`` (every pair if none is: a caller's own grid, such as the true rates)."""
+               after: Sequence[float] | np.ndarray = AFTER_GRID,
+               clean: float | None = None) -> np.ndarray:
+    """Prior weights of ``(f0, f1)`` on the grid, shape ``(len(before), len(after))``: a mixture
+    of a clean predicate, ``(0, 1)``, with weight ``clean`` (default :data:`CLEAN_PRIOR`; none
+    if the grids lack 0 or 1) and of each rate Jeffreys' Beta(1/2, 1/2) on its own
+    (git-bayesect's prior), kept where ``f1 - f0 >= MIN_GAP`` (every pair if none is: a caller's
+    own grid, such as the true rates)."""
     f0, f1 = np.asarray(before, float), np.asarray(after, float)
     ok = np.subtract.outer(f1, f0).T >= MIN_GAP - 1e-9
     w = np.outer(jeffreys_mass(f0), jeffreys_mass(f1)) * (ok if ok.any() else 1.0)
-    return w / w.sum()
+    w = w / w.sum()
+    corner = np.outer(f0 == 0, f1 == 1)
+    if corner.any():
+        c = CLEAN_PRIOR if clean is None else clean
+        w = (1 - c) * w + c * corner
+    return w
 
 
 def jeffreys_mass(grid: Sequence[float] | np.ndarray, step: float = STEP) -> np.ndarray:

@@ -28,6 +28,7 @@ from rlbisect.bisect.report import BisectResult, Progress
 from rlbisect._proc.client import close_private
 from rlbisect._proc.signals import SignalTrap, Stopped
 from rlbisect.bisect.strategies import Strategy, make_strategy
+from rlbisect.bisect.terms import FixSearch, reword
 from rlbisect.errors import Cause, GitError, Interrupted, Status, Verdict, describe
 from rlbisect.git.repo import Repo
 from rlbisect.git.sandbox import Sandbox, Step
@@ -44,6 +45,8 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
     """
     t_start = time.perf_counter()
     options = options or BisectOptions()
+    if options.terms is not None:      # a fix: the predicate read the other way round (bisect/terms.py)
+        predicate = FixSearch(predicate, options.terms)
     user = Repo.open(repo)
     good, bad = user.resolve_range(range_spec)
     strategy = strategy or make_strategy(options)
@@ -51,7 +54,7 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
     first_parent = options.first_parent or strategy.first_parent_only
     history, commits = user.history(good, bad, first_parent)
     result = BisectResult(good, bad, strategy=strategy.name, first_parent=first_parent,
-                          history=history, commits=commits)
+                          history=history, commits=commits, terms=options.terms)
     executor = executor or make_executor(options)
     executor.open()   # before the trap: ray.init installs its own SIGTERM handler
     try:
@@ -155,6 +158,8 @@ class _Run:
         end = strategy.conclude(step)
         res.status, res.first_bad, res.candidates = end.status, end.first_bad, end.candidates
         res.message, res.extra = end.message, end.extra
+        if self.options.terms is not None:
+            res.message = reword(res.message, self.options.terms)
         codes = {p.values.get("exit_code") for p in res.probes}
         if res.status is Status.GOOD_FAILS and len(codes) == 1 and None not in codes:
             res.message += f" (exit {codes.pop():g} at every commit probed)"

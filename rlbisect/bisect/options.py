@@ -55,9 +55,18 @@ class BisectOptions(BaseModel):
                                      "choosing --confidence)")
     max_runs: int | None = Field(None, ge=1, description="--flaky: predicate runs at most "
                                  "(default: 60 per halving of the range, at least 120)")
+    terms: tuple[str, str] | None = Field(None, description="find the first commit where the predicate "
+                                          "starts passing (a fix): GOOD..BAD is OLD..NEW, failing at OLD "
+                                          "and passing at NEW, named by these two words (git bisect's "
+                                          "--term-old/--term-new; --find-fix: broken,fixed)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "BisectOptions":
+        if self.terms is not None:
+            old, new = self.terms
+            if not all(t and t.replace("-", "").replace("_", "").isalnum() for t in self.terms) or old == new:
+                raise ValueError(f"--terms {old},{new}: give two different words (letters, digits, - and _), "
+                                 "e.g. --terms broken,fixed")
         if self.flaky and self.verify:
             raise ValueError("--verify is for a deterministic predicate; --flaky repeats runs itself")
         if not self.flaky:

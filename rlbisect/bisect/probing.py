@@ -62,6 +62,8 @@ class Prober:
         rec = ProbeRecord(len(res.probes) + 1, commit, probe.verdict, probe.seconds, probe.values,
                           probe.reason, cached, res.commits[commit].subject, self.tree(commit),
                           overhead, probe.output, res.rounds, role, probe.detail, probe.cause, recorded)
+        if res.terms is not None:     # a fix search: git's good is OLD, its bad NEW
+            rec.term = {Verdict.GOOD: res.terms[0], Verdict.BAD: res.terms[1]}.get(probe.verdict, "")
         res.probes.append(rec)
         self.progress.probe(rec)
         return rec

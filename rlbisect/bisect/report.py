@@ -2,6 +2,7 @@
 
 JSON keys (``rlbisect run --json FILE``): ``good``, ``bad``, ``status``, ``exit_code``, ``message``,
 ``first_bad`` (null unless found), ``candidates``, ``strategy``, ``predicate``, ``first_parent``,
+``terms`` (a fix search's ``old`` and ``new`` words, else null; ``first_bad`` is then the first new commit),
 ``n_probes``, ``n_rounds``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
 ``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role``, ``output``: the
 tail of the predicate's output, ``evidence``: structured, e.g. short-run's per-metric, per-seed
@@ -42,6 +43,7 @@ class ProbeRecord:
     detail: dict = field(default_factory=dict)   # structured evidence (short-run: per-seed values)
     cause: Cause | None = None   # why, as data (errors.Cause)
     recorded: str = ""          # cached: when the verdict was recorded
+    term: str = ""              # a fix search: the verdict in its words (good: OLD's, bad: NEW's)
 
 
 @dataclass
@@ -67,12 +69,18 @@ class BisectResult:
     rounds: int = 0
     diagnosis: dict = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)   # the strategy's own (posterior, ...)
+    terms: tuple[str, str] | None = None   # a fix search's (old, new); None: a regression's good/bad
 
     @property
     def exit_code(self) -> int:
         if self.status is Status.INTERRUPTED:
             return ExitCode.INTERRUPTED + (self.signum or 2)
         return self.status.exit_code
+
+    @property
+    def new(self) -> str:
+        """What the answer is the first of: "bad", or a fix search's new term ("fixed")."""
+        return self.terms[1] if self.terms else "bad"
 
     def subject(self, sha: str) -> str:
         c = self.commits.get(sha)
@@ -94,9 +102,10 @@ class BisectResult:
                         "values": p.values, "reason": p.reason, "cached": p.cached,
                         "subject": p.subject, "tree": p.tree, "overhead": round(p.overhead, 4),
                         "round": p.round, "role": p.role, "output": p.output, "recorded": p.recorded or None,
-                        "evidence": p.detail}
+                        "evidence": p.detail, **({"term": p.term} if p.term else {})}
                        for p in self.probes],
-            "bisect_log": self.bisect_log, "diagnosis": self.diagnosis, **self.extra,
+            "bisect_log": self.bisect_log, "diagnosis": self.diagnosis,
+            "terms": {"old": self.terms[0], "new": self.terms[1]} if self.terms else None, **self.extra,
         }
 
     # -- text ---------------------------------------------------------------------------------
@@ -119,28 +128,28 @@ class BisectResult:
         """--flaky: what GOOD and BAD did, counted, no model in between."""
         runs = self.extra.get("runs_per_commit") or {}
         told = [f"{name} {r['bad']} of {r['good'] + r['bad']}" for name, sha in
-                (("GOOD", self.good), ("BAD", self.bad)) if (r := runs.get(sha))
+                (("OLD" if self.terms else "GOOD", self.good), ("NEW" if self.terms else "BAD", self.bad)) if (r := runs.get(sha))
                 and r["good"] + r["bad"]]
-        return [f"runs failed at {', '.join(told)}"] if told else []
+        return [f"runs {'passed' if self.terms else 'failed'} at {', '.join(told)}"] if told else []
 
     def summary(self) -> str:
         """What was found, as git would say it, then the evidence and the cost."""
         lines: list[str] = []
         post = {row["commit"]: row["p"] for row in self.extra.get("posterior", [])}
         if self.status == "found" and self.first_bad:
-            lines.append(f"{self.first_bad} is the first bad commit"
+            lines.append(f"{self.first_bad} is the first {self.new} commit"
                          + (f" ({self.message})" if self.message else ""))
             lines += self._commit_lines(self.first_bad)
             culprit = next((p for p in self.probes if p.commit == self.first_bad and p.detail), None)
             if culprit is not None:
                 lines += [f"    {ln}" for ln in evidence_lines(culprit.detail)]
         elif self.status in ("bad_passes", "good_fails"):
-            lines.append(f"no culprit: {self.message}")
+            lines.append(f"no {'fix' if self.terms else 'culprit'}: {self.message}")
             role = "BAD" if self.status == "bad_passes" else "GOOD"
             # --flaky: one run of many says little; the counts below say it all
             probe = None if post else next((p for p in self.probes if p.role == role), None)
             if probe is not None:
-                lines.append(f"  {role} {probe.commit[:10]}: {probe.verdict} ({probe.reason})")
+                lines.append(f"  {role} {probe.commit[:10]}: {probe.term or probe.verdict} ({probe.reason})")
                 lines += [f"    {k} = {v:.4g}" for k, v in list(probe.values.items())[:12]]
                 if probe.output:
                     lines += ["  its output (last lines):"] + [f"    | {ln}" for ln in
@@ -150,20 +159,21 @@ class BisectResult:
             shown = self.candidates[:10]
             if self.status == "ambiguous":
                 lines.append("There are only 'skip'ped commits left to test.\n"
-                             "The first bad commit could be any of:")
+                             f"The first {self.new} commit could be any of:")
                 shown = self.candidates
             elif post:   # --flaky: the likeliest answers, "nothing changed" included
                 lines += ["posterior of the likeliest answers:"] + self._posterior_lines()
                 shown = []
             elif self.candidates:
-                lines.append("The first bad commit is still one of:")
+                lines.append(f"The first {self.new} commit is still one of:")
             lines += [f"{sha}  {self.subject(sha)}".rstrip() for sha in shown]
             if shown and len(shown) < len(self.candidates):
                 lines.append(f"... and {len(self.candidates) - len(shown)} more")
         rates = self.extra.get("rates")
         # the sides' rates mean something once there is a culprit to split the runs at
         if rates and self.probes and self.status == "found":
-            lines.append("failure rate before the culprit {before}, after it {after}".format(
+            lines.append(("pass rate before the fix" if self.terms else "failure rate before the culprit")
+                         + " {before}, after it {after}".format(
                 **{side: f"{r['mean']:.2f} (90% in {r['p05']:.2f}..{r['p95']:.2f})"
                    for side, r in rates.items()}))
         lines += self._endpoint_lines()
@@ -194,7 +204,7 @@ class BisectResult:
                f"- predicate: `{self.predicate}`", f"- search: {self.strategy}",
                f"- first parent only: {'yes' if self.first_parent else 'no'}", ""]
         if self.status == "found" and self.first_bad:
-            out += [f"## First bad commit: `{self.first_bad}`", ""]
+            out += [f"## First {self.new} commit: `{self.first_bad}`", ""]
             out += [ln.strip() for ln in self._commit_lines(self.first_bad)] + [""]
         elif self.candidates:
             out += ["## Candidates (the first bad commit is one of these)", ""]
@@ -212,7 +222,7 @@ class BisectResult:
             vals = ", ".join(f"{k}={v:g}" for k, v in list(p.values.items())[:8]) + \
                 (f", ... ({len(p.values) - 8} more in the JSON)" if len(p.values) > 8 else "")
             reason = (f"{p.role}: " if p.role else "") + p.reason + (" (cached)" if p.cached else "")
-            out.append(f"| {p.order} | `{p.commit[:10]}` | {p.verdict} | {p.seconds:.2f} | {vals} "
+            out.append(f"| {p.order} | `{p.commit[:10]}` | {p.term or p.verdict} | {p.seconds:.2f} | {vals} "
                        f"| {reason.replace('|', '/')} | {p.subject.replace('|', '/')} |")
         judged = [p for p in self.probes if p.detail.get("metrics")]
         if judged:
@@ -273,5 +283,5 @@ def probe_line(rec: ProbeRecord) -> str:
     if rec.cached:
         extra.append("cached")
     tail = f"  ({'; '.join(extra)})" if extra else ""
-    return (f"[{rec.order}] {rec.commit[:10]}  {rec.verdict:<5} {rec.seconds:7.2f}s  "
+    return (f"[{rec.order}] {rec.commit[:10]}  {rec.term or rec.verdict:<5} {rec.seconds:7.2f}s  "
             f"{rec.subject}{tail}")

@@ -209,8 +209,8 @@ class Posterior(Strategy):
     recall = False
     first_parent_only = True
 
-    def __init__(self, confidence: float = 0.95, max_runs: int | None = None):
-        self.confidence, self.max_runs = confidence, max_runs
+    def __init__(self, confidence: float = 0.95, max_runs: int | None = None, jobs: int = 1):
+        self.confidence, self.max_runs, self.jobs = confidence, max_runs, jobs   # jobs: runs a round
 
     def start(self, history, good, bad, first_parent) -> None:
         from rlbisect.bisect import bayes   # numpy, only for --flaky
@@ -219,7 +219,7 @@ class Posterior(Strategy):
         self.pos = {sha: i for i, sha in enumerate(self.order)}
         self.search = bayes.FlakySearch(len(self.order) - 1)
         self.max_runs = self.max_runs or bayes.default_max_runs(len(self.order) - 1)
-        self.runs = 0
+        self.runs, self.last = 0, 1      # runs so far, and in the last round
         self.decision: Decision | None = None
 
     def replay(self, verdicts: Verdicts) -> None:
@@ -229,13 +229,13 @@ class Posterior(Strategy):
                 self.search.observe(self.pos[c], v)
 
     def plan(self, git: GitView) -> list[str]:
-        self.decision = self.search.decide(self.confidence, self.max_runs, self.runs)
-        if self.decision.status != "probe":
-            return []
-        assert self.decision.probe is not None   # set with status "probe"
-        return [self.order[int(self.decision.probe)]]
+        from rlbisect.bisect.noisy_batch import plan_round
+        self.decision = self.search.decide(self.confidence, self.max_runs, self.runs, self.last)
+        left = (self.max_runs or 0) - self.runs
+        return [self.order[p] for p in plan_round(self.search, self.decision, self.jobs, left)]
 
     def observe(self, verdicts: Verdicts) -> Marks:
+        self.last = max(len(verdicts), 1)
         for c, v in verdicts:
             self.runs += 1
             self.search.observe(self.pos[c], v)
@@ -292,7 +292,7 @@ class Posterior(Strategy):
 def make_strategy(options: BisectOptions) -> Strategy:
     """The search the options ask for."""
     if options.flaky:
-        return Posterior(options.confidence or 0.95, options.max_runs)
+        return Posterior(options.confidence or 0.95, options.max_runs, options.jobs)
     if options.jobs > 1:
         return KAry(options.jobs, options.confirm_endpoints)
     return GitChoice(options.confirm_endpoints)

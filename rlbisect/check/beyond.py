@@ -70,6 +70,10 @@ def _kl_pull(ctx):
         return NotApplicable("no reference model: the trainer uses no KL term")
     if not ctx.offers.ref_in_loss:
         return NotApplicable("the adapter's loss() takes no `ref`, so its KL term cannot be asked for")
+    if ctx.offers.spec is not None and ctx.offers.spec.kl_estimator == "k1":
+        return NotApplicable("the declared KL estimator is k1 (log ratio), whose sampled gradient has mean 0 "
+                             "at the sampler's policy: it need not pull on one batch (check 19 checks its value "
+                             "and gradient)")
     rows = ctx.minibatch[:4]
     mask = ctx.truth.owned[rows]
 

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 import torch
 from rlbisect.check.adapter import Offers, Prepared, TrainerAdapter
+from rlbisect.check.results import NotApplicable
 from rlbisect.check.thresholds import Thresholds
 
 
@@ -173,13 +174,16 @@ class CheckContext:
         return grad
 
 
-def worst(ctx: CheckContext, value: Callable[[CheckContext], float], ok: Callable[[float], bool]):
+def worst(ctx: CheckContext, value: Callable[[CheckContext], Optional[float]], ok: Callable[[float], bool]):
     """A check at every setting (:attr:`CheckContext.settings`) -> (value, passed, setting) of the
-    first setting where it fails, else of the configured one. NaN fails."""
+    first setting where it fails, else of the first one checked (``value`` None: a setting it
+    cannot be checked at). NaN fails."""
     first = None
     for at in ctx.settings:
         v = value(at)
+        if v is None:
+            continue
         if not ok(v):
             return v, False, at.setting
         first = (v, True, at.setting) if first is None else first
-    return first
+    return first if first is not None else NotApplicable("no setting the check could be run at")

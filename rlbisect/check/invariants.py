@@ -28,7 +28,7 @@ Users add their own with `@INVARIANTS.register("name")`; a registered check runs
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Collection, Optional
 
 import torch
 from rlbisect.check.adapter import Offers, TrainerAdapter
@@ -125,12 +125,16 @@ from rlbisect.check import beyond, objective, environment  # noqa: E402,F401,I00
 BUILTIN = tuple(INVARIANTS.names())
 
 
-def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = None) -> dict[str, CheckResult]:
-    """Run every registered invariant on one probe batch -> {name: CheckResult}, in order."""
+def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = None,
+                  only: Optional[Collection[str]] = None) -> dict[str, CheckResult]:
+    """Run every registered invariant (every one in ``only``) on one probe batch -> {name:
+    CheckResult}, in order."""
     ctx = CheckContext(adapter, thresholds or Thresholds())
     by_design = ctx.offers.capabilities.by_design
     out = {}
     for name, fn in INVARIANTS.items():
+        if only is not None and name not in only:
+            continue
         got = fn(ctx)
         out[name] = CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable) \
             else CheckResult(name, float(got[0]), bool(got[1]), setting=got[2] if len(got) > 2 else "")
@@ -140,19 +144,20 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
 
 
 def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
-                thresholds: Optional[Thresholds] = None, runs: bool = False) -> dict[str, CheckResult]:
-    """The checks on one probe batch per seed, merged (:func:`over_seeds`); with ``runs`` then
-    the run-level checks (:mod:`rlbisect.check.run_level`, once: they train)."""
+                thresholds: Optional[Thresholds] = None, runs: bool = False,
+                only: Optional[Collection[str]] = None) -> dict[str, CheckResult]:
+    """The checks (those in ``only``) on one probe batch per seed, merged (:func:`over_seeds`);
+    with ``runs`` then the run-level checks (:mod:`rlbisect.check.run_level`, once: they train)."""
     from rlbisect.check.run_level import run_checks
     adapters = {seed: make_adapter(seed) for seed in seeds}
-    out = over_seeds({seed: sanity_checks(a, thresholds) for seed, a in adapters.items()})
+    out = over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
     return {**out, **run_checks(adapters[seeds[0]], thresholds=thresholds)} if runs else out
 
 
 def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], seeds: list[int],
                  thresholds: Optional[Thresholds] = None,
                  on_row: Optional[Callable[[Optional[str], dict], None]] = None, runs: bool = False,
-                 jobs: int = 1) -> dict[str, dict[str, CheckResult]]:
+                 jobs: int = 1, only: Optional[Collection[str]] = None) -> dict[str, dict[str, CheckResult]]:
     """The checks with no fault, then once per fault switch the adapter lists in its ``faults``
     attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks), ``jobs``
     rows at once in forked children -> {"none" | fault: {check: CheckResult}}."""
@@ -167,7 +172,7 @@ def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], s
     def row(fault: Optional[str]) -> dict[str, CheckResult]:
         def make(seed: int):
             return healthy if fault is None and seed == seeds[0] else make_adapter(fault, seed)
-        return check_seeds(make, seeds, thresholds, runs)
+        return check_seeds(make, seeds, thresholds, runs, only)
     out = {}
     for fault, results in zip([None, *faults], forked_map(row, [None, *faults], jobs)):
         out[fault or "none"] = results

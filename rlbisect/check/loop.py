@@ -97,10 +97,11 @@ def _reference(recs, specs, t, offers) -> Found:
 def _objective(recs, specs, t, offers) -> Found:
     if offers.spec is None:
         return NotApplicable("the adapter declares no rlbisect.check.spec.Objective")
-    errors = [max(a, b) if a == a and b == b else math.nan
-              for a, b in zip(_over_losses(recs, "value_err"), _over_losses(recs, "grad_err"))]
+    judged = [seen for rec in recs for seen in rec.losses if seen.judged]
+    errors = [max(s.value_err, s.grad_err) if s.value_err == s.value_err and s.grad_err == s.grad_err else math.nan
+              for s in judged]
     if not errors:
-        return NotApplicable("the loop never showed its tap a loss")
+        return NotApplicable("the loop never showed its tap a loss value")
     value = _worst(errors)
     return value, value < t.objective
 
@@ -185,11 +186,22 @@ def _optimizer(recs, specs, t, offers) -> Found:
     return float(bad), bad == 0
 
 
+BINDS = 100.0   # a backward this many times over max_grad_norm must be clipped to it exactly
+
+
+def _clip_error(applied: float, before: float, max_norm: float) -> float:
+    """How far the applied norm is above max_norm; when the backward left a norm far above it (a
+    gradient a trainer may still rescale, e.g. by its accumulation count, stays above), also below."""
+    over = applied / max_norm - 1
+    return abs(over) if before == before and before > BINDS * max_norm else over
+
+
 @_check("gradients clipped to max_grad_norm before each step")
 def _clipped(recs, specs, t, offers) -> Found:
     if (why := _steps_or_na(recs) or _need(specs, "max_grad_norm")) is not None:
         return why
-    excess = _worst([o.grad_norm / spec.max_grad_norm - 1 for rec, spec in zip(recs, specs) for o in rec.opt_steps])
+    excess = _worst([_clip_error(o.grad_norm, o.pre_norm, spec.max_grad_norm)
+                     for rec, spec in zip(recs, specs) for o in rec.opt_steps])
     return excess, excess < t.grad_clip
 
 

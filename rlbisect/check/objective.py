@@ -21,6 +21,8 @@ Each is n/a, with its reason, where the adapter does not declare or expose what 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from rlbisect.check.adapter import Prepared
@@ -102,7 +104,9 @@ def _objective(ctx):
     if (why := _needs_tap(ctx)) is not None:
         return why
 
-    def error(at) -> float:
+    def error(at) -> Optional[float]:
+        if at.offers.spec is None or at.offers.spec.kind != "ppo-clip":
+            return None              # not declared exactly at this setting: not checked there
         got = _seen_loss(at)["seen"]
         if got is None:
             return float("nan")      # the loss never showed the tap what it consumed
@@ -119,7 +123,9 @@ def _reference(ctx):
     if not any(at.offers.spec is not None and at.offers.spec.kl_coef for at in ctx.settings):
         return NotApplicable("no KL term at any setting checked: no reference log-probs are consumed")
 
-    def error(at) -> float:
+    def error(at) -> Optional[float]:
+        if at.offers.spec is None:
+            return None              # not declared at this setting: not checked there
         got = _seen_loss(at)
         if got["ref"] is None:
             return 0.0              # no KL term at this setting

@@ -46,6 +46,7 @@ class LossSeen:
     old_err: float = NAN     # max |consumed old log-prob - the sampler's| on trained positions
     adv_err: float = NAN     # max |consumed advantage - the declared estimator of the rewards|
     ref_err: float = NAN     # max |consumed reference log-prob - the initial policy's| on trained positions
+    judged: bool = False     # the loss value was shown and compared with the declared objective
 
 
 @dataclass
@@ -58,6 +59,7 @@ class OptSeen:
     kind: str                # its class name
     groups: list[dict]       # each param group's values other than params
     grad_norm: float         # global norm of the gradients it is about to apply
+    pre_norm: float          # their norm as the last backward left them, before any clipping (NaN: unseen)
     params: frozenset        # ids of the parameters it steps
     state_step: float        # its own step count for the first parameter (NaN when it keeps none)
     in_eval: bool            # taken between eval_begin and eval_end
@@ -98,6 +100,8 @@ class Recorder:
     _initial: Any = None
     _initial_logp: Optional[torch.Tensor] = None   # the starting policy's log-probs of this step's batch
     _eval_weights: Optional[list] = None
+    _grad_sq: dict = field(default_factory=dict)   # id(param) -> |grad|^2 after its latest backward
+    _hooked: list = field(default_factory=list)
 
     def __call__(self, event: str, **values) -> None:
         getattr(self, "_" + event.replace("-", "_"))(**values)
@@ -106,6 +110,8 @@ class Recorder:
     def _sampled(self, step: int, model, batch, truth) -> None:
         if self._initial is None:            # the reference a KL term must use: the starting policy
             self._initial = copy.deepcopy(model)
+            self._hooked = [p.register_post_accumulate_grad_hook(self._accumulated)
+                            for p in model.parameters() if p.requires_grad]
         self._batch, self._truth, self._initial_logp = batch, truth, None
         with torch.no_grad():
             self._at_sampling = self.adapter.log_probs(model, batch)
@@ -116,11 +122,15 @@ class Recorder:
         self.steps.append(StepSeen(step, tasks, truth.group_size, float(gap.max()) if gap.numel() else 0.0,
                                    frozenset(id(p) for p in model.parameters()), rewards))
 
+    def _accumulated(self, p: torch.Tensor) -> None:
+        self._grad_sq[id(p)] = float(p.grad.detach().double().norm() ** 2) if p.grad is not None else 0.0
+
     # -- the loss ------------------------------------------------------------------------------
     def _loss(self, rows, mask, old_logp, advantages, loss=None, ref_logp=None, logits=None, targets=None,
               logp=None) -> None:
         seen = LossSeen(self.steps[-1].step if self.steps else -1)
         if self.spec is not None and loss is not None:
+            seen.judged = True
             seen.value_err, seen.grad_err = loss_identity(self.spec, loss, mask, old_logp, advantages, ref_logp,
                                                           logits, targets, logp)
         truth = self._truth
@@ -163,16 +173,19 @@ class Recorder:
             grads = [p.grad.detach().double().norm() for p in params if p.grad is not None]
             first = optimizer.state.get(params[0], {}) if params else {}
             state_step = first.get("step", NAN)
+            pre, self._grad_sq = sum(self._grad_sq.values()) ** 0.5 if self._grad_sq else NAN, {}
             self.opt_steps.append(OptSeen(
                 self.steps[-1].step if self.steps else -1, len(self.opt_steps), optimizer, type(optimizer).__name__,
                 [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups],
-                float(torch.stack(grads).norm()) if grads else 0.0, frozenset(id(p) for p in params),
+                float(torch.stack(grads).norm()) if grads else 0.0, pre, frozenset(id(p) for p in params),
                 float(state_step), self._eval_weights is not None))
         handle = register_optimizer_step_pre_hook(before)
         try:
             yield self
         finally:
             handle.remove()
+            for h in self._hooked:
+                h.remove()
 
 
 def _max_abs(diff: torch.Tensor, on: torch.Tensor) -> float:

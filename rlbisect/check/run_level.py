@@ -18,7 +18,8 @@ with the sampler's record and the adapter's declarations (``run_spec``, ``object
     the task stream moves with steps and seeds  consecutive steps differ; seeds s and s + 1 differ
     evaluation: held-out tasks, weights untouched   no training task, no weight change, no step
     optimizer = the configured one              its class, hyperparameters and parameters
-    gradients clipped to max_grad_norm before each step   the norm each step applies
+    gradients clipped to max_grad_norm before each step   the norm each step applies: at most the
+                                                limit, the limit itself when the backward is far above it
     learning rate = the schedule at every step  the param groups' lr = the declared schedule
     optimizer state persists across steps       one optimizer throughout, its step count continuing
     same seed, same rows                        A and A' log the same training rows, bit for bit
@@ -38,6 +39,7 @@ from rlbisect.check.observe import Recorder
 from rlbisect.check.results import CheckResult, NotApplicable
 from rlbisect.check.thresholds import Thresholds
 from rlbisect.metrics import is_timing
+from rlbisect.errors import CannotRun
 
 # Three steps: what an evaluation at step 1 (every step, against at 0 and the last only) drew from
 # the training stream shows at step 2. The off-default run needs two: its second step samples
@@ -93,9 +95,13 @@ def run_checks(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = N
     variant = offers.run_variant if with_settings is not None else {}
     try:
         runs = [watched(adapter, seed, 1, None)]
+        evaluates = bool(runs[0][0].evals)
+        # as long as A, even with no evaluation to keep apart: a schedule depends on the run's length
         quiet = watched(adapter, seed, NEVER, None)[1]
         if variant and with_settings is not None:
             runs.append(watched(with_settings(**variant), seed + 1, NEVER, variant, VARIANT_STEPS))
+    except CannotRun:
+        raise                   # the adapter does not fit this code: exit 125 / skip, not a finding
     except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
         return _raised(e)
     specs = [offers.run_spec(STEPS, None) if offers.run_spec else None]
@@ -104,6 +110,9 @@ def run_checks(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = N
     out = loop.judge([r for r, _ in runs], specs, t, offers)
     out[RAN] = CheckResult(RAN, 0.0, True)
     out.update(_repeatable(runs[0][1], quiet, lambda: watched(adapter, seed, 1, None)[1]))
+    if not evaluates:
+        out[RUN_CHECKS[-1]] = CheckResult(RUN_CHECKS[-1], float("nan"), True,
+                                          na="the loop never showed its tap an evaluation")
     return {name: out[name] for name in RUN_CHECKS}
 
 
@@ -125,6 +134,8 @@ def _rows_only(train: Callable[..., list[dict]], seed: int) -> dict[str, CheckRe
         with optimizers_stepped() as first:
             train(1, seed, NEVER)
         quiet = train(STEPS, seed, NEVER)
+    except CannotRun:
+        raise                   # the adapter does not fit this code: exit 125 / skip, not a finding
     except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
         return _raised(e)
     why = "the adapter's train_run() takes no `tap` and `settings`, so its steps cannot be watched"

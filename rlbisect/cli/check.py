@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import typer
 
 from rlbisect.cli.common import output_path, probe_seed_list
-from rlbisect.errors import InputError
+from rlbisect.errors import CannotRun, InputError, RlbisectError, printable
 
 
 def check_cmd(
@@ -27,18 +30,29 @@ def check_cmd(
     jobs: int = typer.Option(None, "--jobs", "-j", min=1, help="with --matrix: rows checked at once, each in a "
                              "forked process (default: this machine's cores)"),
     thresholds: str = typer.Option(None, "--thresholds", help="fp32 (default), bf16, or a JSON file of limits"),
+    checks: list[str] = typer.Option(None, "--checks", metavar="N,NAME,...", help="only these checks, by number (report order: "
+                                     "the step-0 checks, then the run-level ones) or name, comma-separated, "
+                                     "e.g. 1,6,16; the others are not reported and never fail the check"),
 ) -> None:
     """Run the step-0 invariants on one probe batch through the trainer's own code.
 
-    Exit 0 when every check passes, 1 when any fails, 2 when the checks could not run.
+    Exit 0 when every check passes (every --checks one), 1 when one fails or the code under test
+    raises or goes NaN under them, 2 on bad input (an option; an --adapter naming no module, file
+    or registered adapter), 125 when the checks could not run at all: the adapter does not fit
+    this code (it or the trainer fails to import, its factory is missing or cannot build the
+    trainer, it raises rlbisect.errors.CannotRun); inside a bisect, an --adapter not found at
+    this commit too. 125 is git bisect run's skip, so a bisect goes around such commits.
 
     Example: rlbisect check --bug sign_flip          (or: --adapter my_trainer/rl_adapter.py:make_adapter)
 
     Example: rlbisect check --matrix --jobs 2 --json --plot matrix.png
 
     Example: rlbisect check --probe-seeds 1,2,3 --adapter-opt temperature=0.7 --adapter-opt loss_mode=seq_mean_token_mean
+
+    Example: rlbisect check --checks 1,6,16 --no-runs          (or: --checks "mask = policy tokens")
     """
-    from rlbisect.check import DEFAULT_ADAPTER, check_matrix, check_seeds, load_adapter
+    from rlbisect.bisect.predicates.invariants import run_selected, runs_needed, select_checks
+    from rlbisect.check import DEFAULT_ADAPTER, check_matrix, load_adapter
     from rlbisect.check.adapter import parse_adapter_opts
     from rlbisect.check.invariants import as_json as to_json
     from rlbisect.check.thresholds import Thresholds
@@ -51,6 +65,8 @@ def check_cmd(
     plot_out, spec = output_path(plot, "--plot"), adapter or DEFAULT_ADAPTER
     seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt)
     limits = Thresholds.named(thresholds)
+    only = select_checks(checks) if checks else None
+    runs_needed(only, runs)     # run-level checks selected with --no-runs: refused before any work
     defer_dynamo()        # the checks never compile: see rlbisect._proc.startup
 
     if spec == DEFAULT_ADAPTER and (note := first_use_note()):
@@ -60,12 +76,17 @@ def check_cmd(
                    "MODULE:FACTORY or FILE.py:FACTORY to check yours)", err=True)
 
     def make(fault, probe_seed):
-        return load_adapter(spec, episodes=episodes, seed=probe_seed, kl_coef=kl_coef, bug=fault, **opts)
+        try:
+            return load_adapter(spec, episodes=episodes, seed=probe_seed, kl_coef=kl_coef, bug=fault, **opts)
+        except RlbisectError as e:
+            raise adapter_failure(spec, e) from None
     if matrix:
+        def shown(results: dict) -> dict:
+            return results if only is None else {n: r for n, r in results.items() if n in only}
         with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
-            table = {row: to_json(r) for row, r in check_matrix(
-                make, seeds, limits, on_row=None if as_json else _print_matrix_row, runs=runs,
-                jobs=jobs or usable_cores()).items()}
+            table = {row: to_json(shown(r)) for row, r in check_matrix(
+                make, seeds, limits, on_row=None if as_json else lambda f, r: _print_matrix_row(f, shown(r)),
+                runs=runs_needed(only, runs), jobs=jobs or usable_cores(), only=only).items()}
         if plot_out:
             from rlbisect.plots import matrix_heatmap
             matrix_heatmap(table, plot_out)
@@ -73,7 +94,7 @@ def check_cmd(
             typer.echo(json.dumps(table, indent=2))
         raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
     with stdout_to_stderr(as_json):
-        results = check_seeds(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs=runs)
+        results = run_selected(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs, only)
     if as_json:
         typer.echo(json.dumps(to_json(results), indent=2))
     else:
@@ -85,10 +106,12 @@ def check_cmd(
             elif r.by_design:
                 typer.echo(f"{r.name:<{width}} {r.value:10.3g}  by design: {r.by_design}")
             else:
-                typer.echo(f"{r.name:<{width}} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}{at}")
+                typer.echo(f"{r.name:<{width}} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}{at}"
+                           + ("" if r.passed else _where(r)))
         failed = [r.name for r in results.values() if not r.passed]
         designed = [r.name for r in results.values() if r.by_design]
-        summary = f"FAILED: {'; '.join(failed)}" if failed else "all checks passed"
+        summary = f"FAILED: {'; '.join(failed)}" if failed else \
+            "all checks passed" if only is None else f"all {len(only)} selected checks passed"
         typer.echo(summary + (f" ({len(designed)} by design: {'; '.join(designed)})" if designed else ""))
     raise typer.Exit(0 if all(r.passed for r in results.values()) else 1)
 
@@ -97,3 +120,34 @@ def _print_matrix_row(fault, results) -> None:
     cells = " ".join(f"{'n/a' if r.na else 'bd' if r.by_design else 'ok' if r.passed else 'FAIL':>4}"
                      for r in results.values())
     typer.echo(f"{fault or 'none':<15} {cells}")
+
+
+def _where(r) -> str:
+    """A failing check's setting and what went wrong: ``  at "temperature 0.7": <detail>``."""
+    at = f'at "{printable(r.setting)}"' if r.setting else ""
+    said = ": ".join(x for x in (at, printable(r.detail)) if x)
+    return f"  {said}" if said else ""
+
+
+def adapter_failure(spec: str, error: RlbisectError) -> RlbisectError:
+    """What an adapter that could not be loaded or built means for the exit code. One that does
+    not fit this code is :class:`~rlbisect.check.loading.AdapterUnfit` already (exit 125); a spec
+    that names nothing is bad input (exit 2) by hand, and inside a bisect (:func:`in_a_bisect`)
+    means this commit predates the adapter: the checks cannot run here (exit 125)."""
+    from rlbisect.check.loading import AdapterNotFound
+    if isinstance(error, AdapterNotFound) and in_a_bisect():
+        return CannotRun(f"cannot run the checks here: {error}")
+    return error
+
+
+def in_a_bisect() -> bool:
+    """Whether this check is a bisect's probe: ``rlbisect run``'s command predicate says so
+    (``RLBISECT_PROBE``), or git has a bisect in progress here (``git bisect run``)."""
+    if os.environ.get("RLBISECT_PROBE"):
+        return True
+    try:
+        done = subprocess.run(["git", "rev-parse", "--git-path", "BISECT_START"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and Path(done.stdout.strip()).is_file()

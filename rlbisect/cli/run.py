@@ -15,13 +15,18 @@ from rlbisect.bisect.options import BisectOptions as B
 from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
 from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
 from rlbisect.cli.common import bisect_options, doc, output_path, probe_seed_list
-from rlbisect.errors import Interrupted
+from rlbisect.errors import InputError, Interrupted
 from rlbisect.runs.read import parse_metric_map
 
 
 def _adapter_opts(given: list[str] | None) -> dict | None:
     from rlbisect.check.adapter import parse_adapter_opts      # imports torch: only when asked
     return parse_adapter_opts(given) if given else None
+
+
+def _checks(given: list[str] | None) -> list[str] | None:
+    from rlbisect.bisect.predicates.invariants import select_checks   # imports torch: only when asked
+    return select_checks(given) if given else None
 
 
 def run_cmd(
@@ -34,6 +39,7 @@ def run_cmd(
     probe_seeds: str = typer.Option(None, "--probe-seeds", help="invariants: " + doc(I, "probe_seeds")),
     adapter_opt: list[str] = typer.Option(None, "--adapter-opt", help="invariants: " + doc(I, "adapter_opts")),
     runs: bool = typer.Option(None, "--runs/--no-runs", help="invariants: " + doc(I, "runs")),
+    checks: list[str] = typer.Option(None, "--checks", metavar="N,NAME,...", help="invariants: " + doc(I, "checks")),
     metric: str = typer.Option(None, "--metric", help="short-run: " + doc(S, "metric")),
     metrics: str = typer.Option(None, "--metrics", help="short-run: " + doc(S, "metrics")),
     metrics_file: str = typer.Option(None, "--metrics-file", help="short-run: " + doc(S, "metrics_file")),
@@ -63,6 +69,9 @@ def run_cmd(
     flaky: bool = typer.Option(False, "--flaky", help=doc(B, "flaky") + "; bisects the first-parent chain"),
     confidence: float = typer.Option(None, "--confidence", help=doc(B, "confidence")),
     max_runs: int = typer.Option(None, "--max-runs", help=doc(B, "max_runs")),
+    terms: str = typer.Option(None, "--terms", metavar="OLD,NEW", help=doc(B, "terms")),
+    find_fix: bool = typer.Option(False, "--find-fix", help="--terms broken,fixed: the first commit where "
+                                  "the predicate passes"),
 ) -> None:
     """Find the first bad commit in GOOD..BAD with a real git bisect. Probes run in private
     checkouts: your working tree, index, refs, config and hooks are never touched.
@@ -87,20 +96,31 @@ def run_cmd(
     Example: rlbisect run v1.2..main --flaky --confidence 0.95 -- pytest -x tests/test_flaky_loss.py
 
     Example: rlbisect run v1.2..main --jobs 4 --executor ray --ray-address auto --ray-gpus 1 --predicate short-run
+
+    With --find-fix (or --terms OLD,NEW) it finds the first commit where the predicate starts
+    passing: it must fail at GOOD..BAD's first end (OLD) and pass at the second (NEW); 5 then
+    means NEW still fails, 6 OLD already passes.
+
+    Example: rlbisect run v1.2..main --find-fix --checks 1,6 --adapter my_trainer/rl_adapter.py:make_adapter
     """
     from rlbisect.bisect import BisectResult, bisect, make_predicate
     from rlbisect.cli.progress import live_progress
     from rlbisect.bisect.timeline import bisect_evidence, bisect_timeline
+    from rlbisect.bisect.terms import parse_terms
     from rlbisect.tinyagent import first_use_note
+    if terms is not None and find_fix:
+        raise InputError("give --terms OLD,NEW or --find-fix (broken,fixed), not both")
     options = bisect_options(first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
                              confirm_endpoints=confirm_endpoints, verify=verify, jobs=jobs, executor=executor,
                              ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
-                             flaky=flaky, confidence=confidence, max_runs=max_runs)
+                             flaky=flaky, confidence=confidence, max_runs=max_runs,
+                             terms=parse_terms(terms, find_fix))
     outputs = {flag: output_path(p, flag) for flag, p in
                (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}
     pred = make_predicate(predicate, command_ or [], options=dict(
         adapter=adapter, adapter_opts=_adapter_opts(adapter_opt),
         probe_seeds=probe_seed_list(None, probe_seeds) if probe_seeds else None, runs=runs,
+        checks=_checks(checks),
         metric=metric,
         steps=steps, seeds=seeds, max_seeds=max_seeds,
         direction=direction, runner=runner, window=window, metrics_file=metrics_file,

@@ -231,3 +231,40 @@ def test_an_adapter_file_named_in_a_command_is_part_of_the_identity(tmp_path, mo
     (tmp_path / "adapter.py").write_text("def make(): return 1\n")
     assert CommandPredicate(argv).identity() != before
     assert CommandPredicate(["x", "--adapter=adapter.py:make"]).identity() != CommandPredicate(["x", "--adapter=other"]).identity()
+
+
+def test_a_python_file_named_inside_a_shell_string_is_part_of_the_identity(tiny_repo, run_cli, tmp_path):
+    """``sh -c "rlbisect check --adapter /outside/my_adapter.py:make"``: the adapter file is outside
+    every commit's tree, so editing it must not reuse a cached verdict."""
+    from rlbisect.bisect.predicates.command import CommandPredicate, file_digests
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    adapter = outside / "my_adapter.py"
+    adapter.write_text("def make(): pass\n")
+    counter = tmp_path / "count"
+    cmd = ["sh", "-c", f'true --adapter {adapter}:make && python3 ~/no-such.py; echo x >> {counter}; '
+           'test "$(cat state)" = good']
+    assert list(file_digests(cmd, tmp_path)) == ["sh", str(adapter)]
+    (outside / "helper.py").write_text("")
+    assert str(outside / "helper.py") in file_digests(["bash", "-c", f"python {outside}/helper.py --x=1"], tmp_path)
+    r = tiny_repo(["good"] * 4 + ["bad"] * 4)
+    spec = ["main~7..main", "--repo", str(r.path), "--verify", "0", "--"]
+    code, _, first = run_cli(spec + cmd)
+    assert code == 0 and runs(counter) == len(first["probes"])
+    code, _, again = run_cli(spec + cmd)
+    assert code == 0 and all(p["cached"] for p in again["probes"]) and runs(counter) == len(first["probes"])
+    before = CommandPredicate(cmd).identity()
+    adapter.write_text("def make(): return 1\n")
+    assert CommandPredicate(cmd).identity() != before
+    code, _, edited = run_cli(spec + cmd)
+    assert code == 0 and not any(p["cached"] for p in edited["probes"])
+
+
+def test_a_command_probe_knows_it_is_one(tmp_path):
+    """RLBISECT_PROBE (the commit) tells an `rlbisect check` inside the command that an adapter
+    missing here is a skip; it is not part of the cache identity."""
+    from rlbisect.bisect.cache import identity
+    from rlbisect.bisect.predicates.command import CommandPredicate
+    pred = CommandPredicate(["sh", "-c", 'test "$RLBISECT_PROBE" = abc123'])
+    assert pred.probe(tmp_path, "abc123", None).verdict == "good"
+    assert "RLBISECT_PROBE" not in json.loads(identity(pred))["env"]

@@ -16,7 +16,7 @@ CAUGHT = {
 }
 # found at a declared variant, not as configured: the check names the setting
 AT_VARIANT = {"entropy_untempered": "temperature 0.7, entropy bonus", "logp_no_temp": "temperature 0.7, entropy bonus",
-              "seq_mean_padded": "per-episode mean", "ref_untempered": "temperature 0.7, entropy bonus",
+              "seq_mean_padded": "per-episode mean, 3 microbatches", "ref_untempered": "temperature 0.7, entropy bonus",
               "entropy_unmasked": "temperature 0.7, entropy bonus"}
 
 

@@ -64,3 +64,16 @@ def test_without_a_tap_only_the_rows_are_checked_and_a_runner_that_does_not_repe
     assert "no torch.optim optimizer" in res["optimizer state persists across steps"].na
     assert "takes no `tap`" in res["sampler = trainer log-prob, every step"].na
     assert all(r.passed and "has no train_run" in r.na for r in run_checks(object()).values())
+
+
+def test_a_clip_below_the_configured_norm_fails_once_the_backward_is_far_above_it(monkeypatch):
+    import torch
+
+    from rlbisect.check.loop import _clip_error
+    assert _clip_error(0.5, 1000.0, 1.0) == 0.5 and _clip_error(0.5, 0.5, 1.0) == -0.5   # binding / not
+    assert _clip_error(1.0, float("nan"), 1.0) == 0.0                                    # backward unseen
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, max_norm: clip(params, max_norm / 2))
+    res = run_checks(make_adapter())      # run B clips at 0.001, far below any backward's norm
+    assert not res["gradients clipped to max_grad_norm before each step"].passed
+    assert res["gradients clipped to max_grad_norm before each step"].value == pytest.approx(0.5, rel=1e-3)

@@ -18,7 +18,8 @@ What a probe's outcome means (the same table for every kind, :class:`~rlbisect.e
     the code under test passes                               good   passed
     the code under test fails, raises, or gives NaN/Inf      bad    failed / raised
     the commit cannot be probed: the adapter or runner is
-      not there, a checkout fails                            skip   cannot_run
+      not there or does not fit it (it raises CannotRun),
+      a checkout fails                                       skip   cannot_run
     rlbisect's own machinery failed, our timeout, Ctrl-C     skip   machinery / timeout / interrupted
     a command exits 125 / >= 128                             skip / abort (git's rule)   exit_code
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 from pathlib import Path
@@ -50,12 +51,13 @@ def judged_on_good(probe: Probe, check: Probe) -> Probe:
 
 def file_digests(argv: Sequence[str], cwd: Path) -> dict[str, str]:
     """sha256 of the executable and of every argument that names an existing file (relative to
-    ``cwd`` or absolute), also as ``FILE.py:NAME`` or ``--option=FILE``: a predicate whose script
-    or adapter file changed is a different predicate."""
+    ``cwd`` or absolute), also as ``FILE.py:NAME`` or ``--option=FILE``, and of every ``.py`` file
+    (``FILE.py[:NAME]``, ``~`` expanded) a shell string among the arguments names, as in ``sh -c
+    "rlbisect check --adapter /outside/my_adapter.py:make"``: a predicate whose script or adapter
+    file changed is a different predicate."""
     out = {}
     for i, arg in enumerate(argv):
-        value = arg.split("=", 1)[-1] if arg.startswith("-") else arg
-        for name in dict.fromkeys([value, value.rpartition(":")[0]]):
+        for name in _named(arg):
             found = shutil.which(name) if i == 0 and name and os.sep not in name else None
             path = Path(found) if found else (cwd / name if not os.path.isabs(name) else Path(name))
             if name and _is_file(path):
@@ -63,7 +65,33 @@ def file_digests(argv: Sequence[str], cwd: Path) -> dict[str, str]:
                     out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
                 except OSError:
                     continue
+        for name in _python_files_in(arg) if i > 0 else ():
+            path = Path(name) if os.path.isabs(name) else cwd / name
+            if name not in out and _is_file(path):
+                try:
+                    out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+                except OSError:
+                    continue
     return out
+
+
+def _named(word: str) -> list[str]:
+    """The file names one argument may stand for: itself, or the value of ``--option=VALUE``,
+    each also without a ``:NAME`` suffix."""
+    value = word.split("=", 1)[-1] if word.startswith("-") else word
+    return list(dict.fromkeys([value, value.rpartition(":")[0]]))
+
+
+def _python_files_in(arg: str) -> list[str]:
+    """The ``.py`` files a shell string names (an argument with spaces: ``sh -c "..."``)."""
+    if not any(c.isspace() for c in arg):
+        return []
+    try:
+        words = shlex.split(arg, comments=True)
+    except ValueError:          # not shell syntax after all (an unclosed quote)
+        words = arg.split()
+    return [os.path.expanduser(name) for word in words for name in _named(word.rstrip(";&|)"))
+            if name.endswith(".py")]
 
 
 def _is_file(path: Path) -> bool:
@@ -109,7 +137,9 @@ class CommandPredicate(BasePredicate):
         missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a)], "the command")
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        r = run(self.argv, worktree, timeout, probe_env())
+        # RLBISECT_PROBE: an `rlbisect check` in the command knows it is a bisect's probe (exit
+        # 125 for an adapter this commit does not have); not part of the cache identity
+        r = run(self.argv, worktree, timeout, {**probe_env(), "RLBISECT_PROBE": commit})
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
             return stopped(r.timed_out, r.seconds, timeout, output=output)

@@ -5,7 +5,8 @@ server that imported it. It imports the checker first and only then puts the pro
 the front of ``sys.path``: the code under test comes from the commit, the checker from the
 installed package. Good when every check passes, bad when one fails or the code under test raises
 under them, skip when the checks cannot run on this commit (the adapter is not there, does not
-import, or comes from outside the checkout).
+import, comes from outside the checkout, or raises :class:`~rlbisect.errors.CannotRun`). With
+``--checks`` only the selected checks decide (:func:`run_selected`).
 
     python -I -m rlbisect.bisect.predicates.invariants [--adapter SPEC] [--probe-seeds 1,2] ... --code-dir CHECKOUT --reply FILE
 """
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from pydantic import Field
 
@@ -27,7 +28,7 @@ from rlbisect._proc.worker import CannotRun, Reply, worker_main
 from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, Probe,
                                         from_worker)
 from rlbisect.bisect.predicates.command import file_digests, missing_here
-from rlbisect.errors import Cause, Verdict
+from rlbisect.errors import Cause, InputError, Verdict
 from rlbisect.git.repo import probe_env
 
 
@@ -45,6 +46,8 @@ class InvariantsOptions(Options):
                                          "adapter's factory (repeatable): the trainer's settings")
     runs: bool = Field(True, description="the run-level checks too: a few real steps of the trainer's "
                        "loop, watched (--no-runs: the step-0 checks only)")
+    checks: list[str] | None = Field(None, description="only these checks decide, by number (report "
+                                     "order) or name, comma-separated, e.g. 1,6,16 (default: all)")
 
 
 class InvariantsPredicate(BasePredicate):
@@ -62,10 +65,13 @@ class InvariantsPredicate(BasePredicate):
                            "rlbisect": __version__}, sort_keys=True)
 
     def preflight(self, repo, commit: str) -> None:
-        """A relative FILE.py adapter is read from each checkout: it must be in the commits."""
+        """A relative FILE.py adapter is read from each checkout: it must be in the commits; the
+        checks ``--checks`` names must exist."""
         where = (self.options.adapter or "").rpartition(":")[0]
         if where.endswith(".py") and not os.path.isabs(where):
             missing_here(repo, commit, [where], "the adapter")
+        if self.options.checks:      # an unknown check, or run-level ones with --no-runs: refused now
+            runs_needed(select_checks(self.options.checks), self.options.runs)
 
     def args(self) -> list[str]:
         """The worker's arguments (``python -I -m`` this module, before ``--code-dir``)."""
@@ -74,6 +80,8 @@ class InvariantsPredicate(BasePredicate):
                 "--kl-coef", str(o.kl_coef)]
         args += ["--adapter", o.adapter] if o.adapter else []
         args += [] if o.runs else ["--no-runs"]
+        for name in o.checks or []:
+            args += ["--check", name]
         for key, value in o.adapter_opts.items():
             args += ["--adapter-opt", f"{key}={json.dumps(value)}"]
         return args
@@ -87,10 +95,73 @@ PREDICATES.register("invariants", Kind(lambda spec: InvariantsPredicate(spec.opt
                                        "the invariants on the commit's trainer code (default)"))
 
 
+def check_names() -> list[str]:
+    """Every check in report order, numbered from 1 in ``--checks``: the step-0 invariants
+    (:data:`rlbisect.check.invariants.INVARIANTS`), then the run-level checks."""
+    from rlbisect.check.invariants import INVARIANTS
+    from rlbisect.check.run_level import RUN_CHECKS
+    return [*INVARIANTS.names(), *RUN_CHECKS]
+
+
+def select_checks(given: Sequence[str]) -> list[str]:
+    """``--checks`` values -> check names, in report order. Each value is comma-separated numbers
+    (report order, from 1) or names (case-insensitive; a name may itself hold ", "); an unknown
+    one is an :class:`~rlbisect.errors.InputError` that lists the checks."""
+    names = check_names()
+    by_name = {n.lower(): n for n in names}
+    words = [w.strip() for value in given for w in value.split(",")]
+    chosen: set[str] = set()
+    i = 0
+    while i < len(words):
+        if not words[i]:
+            i += 1
+        elif words[i].isdigit():
+            if not 1 <= int(words[i]) <= len(names):
+                raise InputError(f"--checks: no check number {words[i]} (1 to {len(names)}: "
+                                 + _listing(names) + ")")
+            chosen.add(names[int(words[i]) - 1])
+            i += 1
+        else:       # the longest run of words that is a name: "sampler = trainer log-prob, every step"
+            j = next((j for j in range(len(words), i, -1) if ", ".join(words[i:j]).lower() in by_name), None)
+            if j is None:
+                raise InputError(f"--checks: no check named {words[i]!r} (give numbers or names: "
+                                 + _listing(names) + ")")
+            chosen.add(by_name[", ".join(words[i:j]).lower()])
+            i = j
+    if not chosen:
+        raise InputError("--checks: name at least one check, e.g. --checks 1,6")
+    return [n for n in names if n in chosen]
+
+
+def _listing(names: list[str]) -> str:
+    return "; ".join(f"{k} {n}" for k, n in enumerate(names, 1))
+
+
+def run_selected(make_adapter: Callable[[int], Any], seeds: list[int], thresholds: Any, runs: bool,
+                 only: Sequence[str] | None) -> dict:
+    """The checks on the adapters ``make_adapter(seed)`` builds -> {name: CheckResult}, only the
+    ``only`` checks (all when None): the others are not reported, so they never decide, and
+    the run-level checks (about a second) run only when ``runs`` and one of them is selected."""
+    from rlbisect.check.invariants import check_seeds
+    results = check_seeds(make_adapter, seeds, thresholds, runs=runs_needed(only, runs), only=only)
+    return results if only is None else {n: r for n, r in results.items() if n in only}
+
+
+def runs_needed(only: Sequence[str] | None, runs: bool) -> bool:
+    """Whether the run-level checks must run; an :class:`InputError` when ``only`` names one
+    and ``runs`` is off."""
+    from rlbisect.check.run_level import RUN_CHECKS
+    if only is None:
+        return runs
+    wanted = [n for n in only if n in RUN_CHECKS]
+    if wanted and not runs:
+        raise InputError(f"--checks names a run-level check ({wanted[0]!r}) and --no-runs turns them off")
+    return bool(wanted)
+
+
 def _check(a: argparse.Namespace, code_dir: Path) -> Reply:
     """Worker: check the trainer code in ``code_dir`` with the installed checker."""
     from rlbisect.check.adapter import DEFAULT_ADAPTER, AdapterError, load_adapter, parse_adapter_opts
-    from rlbisect.check.invariants import check_seeds
     from rlbisect.check.results import as_json
     seeds, opts = [int(x) for x in a.probe_seeds.split(",")], parse_adapter_opts(a.adapter_opt)
     spec = a.adapter
@@ -106,7 +177,7 @@ def _check(a: argparse.Namespace, code_dir: Path) -> Reply:
     if spec == DEFAULT_ADAPTER and code_dir not in origin.resolve().parents:
         # an installed copy of the trainer shadowed the commit's: we would test the wrong code
         raise CannotRun(f"invariants: the adapter came from {origin}, not the checkout")
-    results = check_seeds(adapters.__getitem__, seeds, runs=a.runs)
+    results = run_selected(adapters.__getitem__, seeds, None, a.runs, select_checks(a.check) if a.check else None)
     checks = as_json(results)
     failed = [name for name, r in results.items() if not r.passed]
     return Reply(Verdict.BAD if failed else Verdict.GOOD, Cause.FAILED if failed else Cause.PASSED,
@@ -123,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kl-coef", type=float, default=0.1)
     p.add_argument("--adapter-opt", action="append", default=[])
     p.add_argument("--no-runs", dest="runs", action="store_false")
+    p.add_argument("--check", action="append", default=[], help="only this check decides (repeatable)")
     return worker_main(_check, p, argv)
 
 

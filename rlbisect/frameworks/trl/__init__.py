@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # the names' real types, for the type checker only
     from rlbisect.frameworks.trl.adapter import GRPOAdapter as GRPOAdapter, demo as demo
-    from rlbisect.frameworks.trl.adapter import require_tested_trl as require_tested_trl
+    from rlbisect.frameworks.trl.adapter import require_tested_trl as require_tested_trl, require_trl as require_trl
     from rlbisect.frameworks.trl.callback import SnapshotCallback as SnapshotCallback, replay_step as replay_step
 
-_EXPORTS = {"GRPOAdapter": "adapter", "demo": "adapter", "require_tested_trl": "adapter",
+_EXPORTS = {"GRPOAdapter": "adapter", "demo": "adapter", "require_tested_trl": "adapter", "require_trl": "adapter",
             "SnapshotCallback": "callback", "replay_step": "callback"}
 __all__ = sorted(_EXPORTS)
 

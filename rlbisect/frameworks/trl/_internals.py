@@ -1,18 +1,69 @@
 """Every reach into TRL's private GRPOTrainer API, in one place, each naming the TRL code it mirrors.
 
-Written against TRL 1.16.0 (trl/trainer/grpo_trainer.py). `rlbisect.frameworks.trl.adapter` refuses other
-versions (`TESTED`) rather than run these against code they were not read against. When TRL moves,
-this file is what to re-read: the names below are private and change between releases.
+Read against TRL 1.16.0 (trl/trainer/grpo_trainer.py). Nothing here is pinned to a version: the
+adapter asks :func:`missing` which of the members below this TRL lacks (feature detection), and the
+optional ones are read with `getattr` defaults (a setting a release lacks is off in that release).
+When TRL moves, this file is what to re-read: the names below are private and change between releases.
 """
 
 from __future__ import annotations
 
+import types
+import warnings
 from contextlib import contextmanager
-from typing import Any, Iterator, cast
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
-TESTED = ("1.16.0", "1.17.0")    # [first, last): the TRL versions these mirrors were read against
+READ = "1.16.0"   # the TRL these mirrors were read against; a newer one is tried, with a warning
+#: the private members every probe point needs: without one of them the adapter cannot run
+NEEDS = ("_generate_and_score_completions", "_compute_loss", "_get_per_token_logps_and_entropies",
+         "_generate", "_calculate_rewards", "_prepare_inputs", "training_step", "create_optimizer")
+
+
+def missing(trainer) -> list[str]:
+    """The members of :data:`NEEDS` this trainer lacks (feature detection, not a version pin)."""
+    return [name for name in NEEDS if not callable(getattr(trainer, name, None))] + \
+        [name for name in ("reward_weights", "num_generations", "loss_type") if not hasattr(trainer, name)]
+
+
+def require_trl(trainer=None) -> str:
+    """The version of the TRL actually imported (`trl.__version__` of the module, which may be a
+    checkout on PYTHONPATH; never installed metadata). A release newer than the one `_internals.py`
+    was read against is tried, with a warning; a trainer lacking a member every probe point needs
+    is a clear "cannot run" error (feature detection, not a version pin)."""
+    try:
+        import trl
+    except ImportError:
+        raise ImportError("rlbisect.frameworks.trl.adapter needs TRL: pip install 'rlbisect[trl]'") from None
+    from packaging.version import InvalidVersion, Version
+    version = str(getattr(trl, "__version__", "unknown"))
+    try:
+        newer = Version(version).release[:2] > Version(READ).release[:2]
+    except InvalidVersion:
+        newer = True
+    if newer:
+        warnings.warn(f"TRL {version} is newer than {READ}, which rlbisect's reaches into GRPOTrainer "
+                      "were read against: trying it (a check whose member is gone says n/a)", stacklevel=2)
+    gone = missing(trainer) if trainer is not None else []
+    if gone:
+        raise RuntimeError(f"rlbisect cannot run on TRL {version}: its GRPOTrainer lacks {', '.join(gone)}, "
+                           "which every probe point needs (rlbisect/frameworks/trl/_internals.py)")
+    return version
+
+
+def eos_ids(trainer) -> list[int]:
+    """The stop tokens TRL cuts completions at: `eos_token_ids` (a list, TRL >= 1.16), else the
+    tokenizer's one `eos_token_id` (earlier releases)."""
+    ids = getattr(trainer, "eos_token_ids", None)
+    if ids is None:
+        ids = [getattr(trainer, "eos_token_id", None) or tokenizer(trainer).eos_token_id]
+    return [int(i) for i in ids]
+
+
+def tokenizer(trainer):
+    """The text tokenizer (`_tokenizer` since TRL 1.x grew processors; `processing_class` before)."""
+    return getattr(trainer, "_tokenizer", None) or trainer.processing_class
 
 
 def unwrapped(trainer) -> torch.nn.Module:
@@ -38,99 +89,6 @@ def patched(obj, **attrs) -> Iterator[None]:
                     pass
 
 
-@contextmanager
-def recording_generation(trainer, record: dict) -> Iterator[None]:
-    """Record what the sampler did on TRL's generation path.
-
-    - `_generate_single_turn` (grpo_trainer.py, "Regular generation path") calls
-      `unwrapped_model.generate(**generate_inputs, generation_config=...)` and keeps only token ids:
-      the model's `generate` is wrapped to also return the *processed* scores (after temperature,
-      top-k/top-p: the distribution HF actually sampled from) and their log-prob of each sampled token.
-    - `_generate` returns (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra,
-      images, tool_images): kept, so the same generation can be re-scored with other rewards.
-    - `_calculate_rewards(inputs, prompts, completions, completion_ids_list)` -> [B, n_funcs]: kept,
-      weighted as `_generate_and_score_completions` weights them for its logged reward.
-    """
-    model: Any = unwrapped(trainer)   # a transformers PreTrainedModel
-    generate, gen_out, rewards = model.generate, trainer._generate, trainer._calculate_rewards
-    eos = torch.tensor(list(trainer.eos_token_ids))
-
-    def recording_generate(*args, **kwargs):
-        out = generate(*args, **{**kwargs, "output_scores": True, "return_dict_in_generate": True})
-        prompt_len = kwargs["input_ids"].shape[1]
-        tokens = out.sequences[:, prompt_len:]
-        scores = torch.stack(out.scores, 1).float()                       # [B, C, V] processed
-        logp = scores.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)
-        # the sampler owns a position until it has emitted an end-of-sequence token
-        ended = torch.isin(tokens, eos).int().cumsum(1)
-        owned = ((ended - torch.isin(tokens, eos).int()) == 0).float()
-        record["sampler"] = (tokens, torch.where(owned > 0, logp, torch.zeros_like(logp)), owned)
-        # generate's own stop tokens (the generation_config it was handed), not TRL's list: where it draws
-        cfg = kwargs.get("generation_config")
-        stop = getattr(cfg, "eos_token_id", None)
-        stop = eos if stop is None else torch.tensor([stop] if isinstance(stop, int) else list(stop))
-        record["stop"] = stop
-        record["drawn"] = drawn_counts(tokens, len(out.scores), stop)
-        return out.sequences
-
-    def keep_generate(prompts):
-        record["generated"] = gen_out(prompts)
-        return record["generated"]
-
-    def keep_rewards(*args, **kwargs):
-        record["rewards_per_func"] = rewards(*args, **kwargs)
-        return record["rewards_per_func"]
-
-    with patched(model, generate=recording_generate), \
-            patched(trainer, _generate=keep_generate, _calculate_rewards=keep_rewards):
-        yield
-
-
-def drawn_counts(tokens: torch.Tensor, steps: int, eos: torch.Tensor) -> torch.Tensor:
-    """[B] tokens the sampler drew per row, counted from `generate`'s own record: `steps` sampling
-    steps (one processed score each), and a row that emitted an end-of-sequence token drew up to
-    and including it (HF fills finished rows with padding it did not sample). Counted here, apart
-    from TRL's completion_mask code (`_generate_single_turn`'s "Mask everything after the first
-    EOS token") and from the owner tags."""
-    hit = torch.isin(tokens[:, :steps], eos)
-    return torch.where(hit.any(1), hit.int().argmax(1) + 1, torch.full_like(hit[:, 0], steps, dtype=torch.long))
-
-
-def configured_rewards(trainer, inputs: list[dict], tokens: torch.Tensor, eos: torch.Tensor):
-    """[B] the configured reward rule applied again to each completion, or None where it cannot be
-    applied apart from TRL's scoring path (reward models, async functions, environments).
-
-    Mirrors `_calculate_rewards` (sync reward functions called with prompts, completions,
-    completion_ids and the dataset's other columns) and `_generate_and_score_completions`'s
-    `(rewards_per_func * reward_weights).nansum(1)`, but from the configuration: `args.reward_weights`
-    (GRPOTrainer copies it to `self.reward_weights` at construction), the sampler's tokens cut
-    after the first of `eos` (generate's stop tokens) and decoded here as `_generate` decodes (`batch_decode(...,
-    skip_special_tokens=True)`), and no-op sinks for `log_extra` / `log_metric` so nothing is logged twice.
-    """
-    from trl.data_utils import is_conversational
-    from trl.trainer.utils import is_async_callable
-    funcs = trainer.reward_funcs
-    if trainer.environment_factories is not None or \
-            any(isinstance(f, torch.nn.Module) or is_async_callable(f) for f in funcs):
-        return None
-    ids = [row[: int(n)].tolist() for row, n in zip(tokens, drawn_counts(tokens, tokens.shape[1], eos))]
-    texts = trainer.processing_class.batch_decode(ids, skip_special_tokens=True)
-    prompts = [x["prompt"] for x in inputs]
-    if is_conversational({"prompt": prompts[0]}):
-        completions = [[{"role": "assistant", "content": t}] for t in texts]
-    else:
-        completions = texts
-    columns = {k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")}
-    per_func = torch.zeros(len(inputs), len(funcs))
-    for i, f in enumerate(funcs):
-        out = f(prompts=prompts, completions=completions, completion_ids=ids, trainer_state=trainer.state,
-                log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None, **columns)
-        per_func[:, i] = torch.tensor([torch.nan if r is None else r for r in out], dtype=torch.float32)
-    configured = trainer.args.reward_weights
-    w = torch.tensor(configured, dtype=torch.float32) if configured is not None else torch.ones(len(funcs))
-    return (per_func * w).nansum(1)
-
-
 def score(trainer, inputs: list[dict]) -> dict:
     """TRL's own sampling and scoring of one generation batch (`_generate_and_score_completions`,
     the step `_prepare_inputs` runs every `steps_per_generation * num_iterations` micro-steps)."""
@@ -138,14 +96,29 @@ def score(trainer, inputs: list[dict]) -> dict:
     return trainer._generate_and_score_completions(inputs)
 
 
-def rescore(trainer, inputs: list[dict], generated: tuple, rewards: torch.Tensor) -> dict:
-    """`_generate_and_score_completions` again on the same completions, with other rewards: its
-    advantage code (group mean/std, scale_rewards, multi_objective_aggregation) runs as in training."""
-    w = trainer.reward_weights.float()
-    per_func = torch.full((len(rewards), len(w)), float("nan"))
-    per_func[:, 0] = rewards.float() / w[0]      # nansum over functions gives back `rewards`
+def scored_again(trainer, inputs: list[dict], generated: tuple, per_func: torch.Tensor) -> dict:
+    """`_generate_and_score_completions` on completions another trainer generated (`_generate`'s
+    return) with their per-function rewards: everything TRL stores with a batch (old and reference
+    log-probs, masks, advantages) computed by this trainer, at its settings."""
     with patched(trainer, _generate=lambda prompts: generated, _calculate_rewards=lambda *a, **k: per_func):
         return score(trainer, inputs)
+
+
+@contextmanager
+def as_policy(trainer, model) -> Iterator[None]:
+    """`model` scored as the trainer scores its policy. TRL with a fused LM head bakes the temperature
+    into each model's `forward` at construction (`add_fused_lm_head(model, temperature=...)`, once
+    for the policy, once for `ref_model`): the policy's forward function is bound to `model` for the
+    duration, so a reference or a copy is scored at the policy's temperature, never at one its own
+    construction chose. Without a patched forward (older TRL divides the logits in
+    `_get_per_token_logps_and_entropies`) there is nothing to bind."""
+    policy = unwrapped(trainer)
+    forward = policy.__dict__.get("forward")
+    if model is policy or not isinstance(forward, types.MethodType) or type(model) is not type(policy):
+        yield
+        return
+    with patched(model, forward=types.MethodType(forward.__func__, model)):
+        yield
 
 
 def per_token_logps(trainer, model, inputs: dict, grad: bool = False) -> torch.Tensor:
@@ -153,10 +126,10 @@ def per_token_logps(trainer, model, inputs: dict, grad: bool = False) -> torch.T
     at every completion position, [B, C], temperature and fused LM head as training has them."""
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
-    with torch.set_grad_enabled(grad):
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+    with torch.set_grad_enabled(grad), as_policy(trainer, model):
+        logps = trainer._get_per_token_logps_and_entropies(
             model, ids, attn, inputs["completion_ids"].size(1),
-            batch_size=trainer.args.per_device_train_batch_size)
+            batch_size=trainer.args.per_device_train_batch_size)[0]   # (logps, entropies[, aux]) by release
     return logps
 
 
@@ -172,8 +145,50 @@ ROW = "_rlbisect_row"
 
 
 @contextmanager
+def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss, inputs: loss) -> Iterator[None]:
+    """`_compute_loss` and `_get_per_token_logps_and_entropies` observed, to read the ratio the loss
+    formed (TRL logs only clip fractions): `seen` gets (logps, old or None, mask) per call, and
+    `tap("loss", rows=, mask=, old_logp=, advantages=, ref_logp=, logp=, loss=)` (if given,
+    rlbisect.check.observe) is shown, after each call on a micro-batch that carries `ROW`, what it
+    was handed: its mask (`completion_mask * tool_mask`), the old log-probs it uses
+    (`inputs["old_per_token_logps"]`, or when absent its fallback `per_token_logps.detach()`),
+    `inputs["advantages"]`, `inputs["ref_per_token_logps"]` as TRL stored them (when its KL term is
+    on), its log-probs `per_token_logps` (still on the graph) and `shown_loss(its loss, inputs)`.
+    Read at `_compute_loss`, i.e. after `compute_loss` and anything a subclass does there; the model
+    is scored as the trainer's policy (:func:`as_policy`)."""
+    compute, logps_fn = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
+    current: dict[str, Any] = {}
+
+    def observed_compute(model, inputs):
+        rows = inputs.get(ROW)
+        inputs = {k: v for k, v in inputs.items() if k != ROW}
+        current.clear()
+        current["inputs"] = inputs
+        with as_policy(trainer, model):
+            loss = compute(model, inputs)
+        logp, old = current.pop("logp", None), inputs.get("old_per_token_logps")
+        current.clear()
+        if logp is not None:
+            seen.append((logp.detach(), old, loss_mask(inputs)))
+            if tap is not None and rows is not None:
+                tap("loss", rows=rows, mask=loss_mask(inputs), old_logp=logp.detach() if old is None else old,
+                    advantages=inputs["advantages"], logp=logp, loss=shown_loss(loss, inputs),
+                    ref_logp=inputs.get("ref_per_token_logps") if trainer.beta != 0.0 else None)
+        return loss
+
+    def observed_logps(*args, **kwargs):
+        out = logps_fn(*args, **kwargs)
+        if "inputs" in current and "logp" not in current and out[0].requires_grad:
+            current["logp"] = out[0]          # the first with a graph: the policy's, in `_compute_loss`
+        return out
+
+    with patched(trainer, _compute_loss=observed_compute, _get_per_token_logps_and_entropies=observed_logps):
+        yield
+
+
+@contextmanager
 def one_window(trainer, accumulation: int, beta: float, seen: list, tap=None) -> Iterator[None]:
-    """The trainer set up for one optimizer window of `accumulation` micro-batches.
+    """The trainer set up for one optimizer window of `accumulation` micro-batches, observed.
 
     - `current_gradient_accumulation_steps` is what `_compute_loss` divides by (set by HF
       Trainer's loop; TRL sets `loss_is_scaled_for_ga = True` so HF does not divide again);
@@ -183,42 +198,15 @@ def one_window(trainer, accumulation: int, beta: float, seen: list, tap=None) ->
     - `beta` (0 for the loss without its KL term);
     - `_prepare_inputs` made the identity, so `training_step` trains on the batch given instead of
       generating (GRPOTrainer._prepare_inputs buffers and generates);
-    - `_compute_loss` and `_get_per_token_logps_and_entropies` observed, to read the ratio the
-      loss formed (TRL logs only clip fractions): `seen` gets (logps, old or None, mask) per call;
-    - `tap("loss", rows=, mask=, old_logp=, advantages=, logp=)` (if given, rlbisect.check.observe)
-      shown what `_compute_loss` is handed, for micro-batches that carry `ROW`: its mask
-      (`completion_mask * tool_mask`), the
-      old log-probs it uses (`inputs["old_per_token_logps"]`, or when absent its fallback
-      `per_token_logps.detach()`, read from the log-prob call) and `inputs["advantages"]`. Read at
-      `_compute_loss`, i.e. after `compute_loss` and anything a subclass does there.
+    - :func:`observing`, the tap shown the loss only when one micro-batch is the window.
     """
-    compute, logps_fn = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
-    current: dict[str, Any] = {}
-
-    def observed_compute(model, inputs):
-        current["rows"] = inputs.get(ROW)
-        inputs = {k: v for k, v in inputs.items() if k != ROW}
-        current["inputs"] = inputs
-        return compute(model, inputs)
-
-    def observed_logps(*args, **kwargs):
-        out = logps_fn(*args, **kwargs)
-        if "inputs" in current and out[0].requires_grad:
-            inp, rows = current.pop("inputs"), current.pop("rows")
-            old = inp.get("old_per_token_logps")
-            seen.append((out[0].detach(), old, loss_mask(inp)))
-            if tap is not None and rows is not None:
-                tap("loss", rows=rows, mask=loss_mask(inp), old_logp=out[0].detach() if old is None else old,
-                    advantages=inp["advantages"], logp=out[0])
-        return out
-
     spg = trainer.args.steps_per_generation
     unwrapped(trainer).train()        # `_compute_loss` normalizes and logs by the trainer's mode
     try:
         trainer.args.steps_per_generation = accumulation
         with patched(trainer, current_gradient_accumulation_steps=accumulation, beta=beta,
-                     _prepare_inputs=lambda batch: batch, _compute_loss=observed_compute,
-                     _get_per_token_logps_and_entropies=observed_logps):
+                     _prepare_inputs=lambda batch: batch), \
+                observing(trainer, seen, tap, lambda loss, inputs: loss if accumulation == 1 else None):
             yield
     finally:
         trainer.args.steps_per_generation = spg

@@ -8,80 +8,76 @@
 
     rlbisect check --adapter my_adapter.py:make_adapter
 
-Every probe point runs TRL's code (`_generate_and_score_completions`, `compute_loss`,
-`training_step`, `_get_per_token_logps_and_entropies`, its reference model); the reaches into its
-private API live in `_trl_internals.py`. The sampler's log-probs are recorded on the path TRL
-generates with (HF `generate`'s processed scores), and so are the tokens it drew per row
-(`Truth.drawn`, check 13); `Truth.rescored` (check 16) is your reward functions applied again with
-`GRPOConfig.reward_weights`; `update(..., tap)` (check 15) shows rlbisect's tap what each
-`_compute_loss` call is handed. Layout: P = the completion's positions (column j is completion token j), rows
-group by group as TRL lays them out.
-
-`rlbisect check --adapter rlbisect.frameworks.trl:demo` runs the checks on a tiny GRPOTrainer built in
-code (`trl_demo.py`); `--adapter-opt loss_type=dapo`, `num_iterations=2`, `bf16=true`, ...
+Every probe point runs TRL's code (`_generate_and_score_completions`, `compute_loss`, `training_step`,
+`_get_per_token_logps_and_entropies`, its reference model); the reaches into its private API live in
+`_internals.py` (feature-detected, no version pin), the sampler's record in `_sampling.py` (HF
+`generate`'s processed scores, the tokens drawn per row: checks 2, 13; the reward functions applied
+again: 16), what TRL declares in `declared.py` (the objective per loss type, by-design gaps, variants).
+`loss(..., tap)` and `update(..., tap)` show rlbisect what each `_compute_loss` call is handed, TRL's
+stored reference log-probs included (checks 15, 19, 20). Layout: P = the completion's positions,
+rows group by group as TRL lays them out. `rlbisect check --adapter rlbisect.frameworks.trl:demo`
+checks a tiny GRPOTrainer built in code (`tiny.py`); `--adapter-opt loss_type=dapo`, ...
 """
 
 from __future__ import annotations
 
 import copy
+import types
 import weakref
-from typing import Optional
+from typing import Any, Callable, Hashable, Optional
 
 import torch
 
-from rlbisect.frameworks.trl import _internals as trl_
-from rlbisect.check.adapter import Prepared, Truth
+from rlbisect.frameworks.trl import _internals as trl_, _sampling, declared, run
+from rlbisect.check.adapter import Prepared
 from rlbisect.check.capabilities import Capabilities
 
-# TRL's loss types whose objective is PPO's clipped surrogate (check 10 applies to these)
-PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
-OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
-BY_DESIGN = {
-    "bnpo": {"accumulated = one-pass gradient":
-             "bnpo normalizes each microbatch by its own token count (TRL's documented choice), so "
-             "accumulated microbatches differ from one pass unless they hold equal token counts"},
-}
+PPO_CLIP, OTHER_OBJECTIVES = declared.PPO_CLIP, declared.OTHER_OBJECTIVES
 
 
-def require_tested_trl() -> str:
-    """TRL's version, or a clear error when it is outside the versions the adapter was read against."""
-    try:
-        import trl
-    except ImportError:
-        raise ImportError("rlbisect.frameworks.trl.adapter needs TRL: pip install 'rlbisect[trl]'") from None
-    from packaging.version import Version
-    lo, hi = trl_.TESTED
-    if not Version(lo) <= Version(trl.__version__) < Version(hi):
-        raise RuntimeError(f"rlbisect.frameworks.trl.adapter is tested on TRL >={lo},<{hi}; this is TRL {trl.__version__}. "
-                           "Its reaches into GRPOTrainer's private API (_trl_internals.py) may not hold here")
-    return trl.__version__
+require_trl = trl_.require_trl
+require_tested_trl = require_trl     # the name earlier releases exported
 
 
 class GRPOAdapter:
-    """rlbisect's TrainerAdapter for a constructed `trl.GRPOTrainer`."""
+    """rlbisect's TrainerAdapter for a constructed `trl.GRPOTrainer`. With ``factory`` (a callable
+    building the same trainer at other settings, ``factory(**settings) -> GRPOAdapter``) it offers
+    ``with_settings`` and the ``variants`` the checks exercise by default."""
 
     faults: list[str]   # set by demo(): the faults its tiny trainer can inject
 
-    def __init__(self, trainer, episodes: Optional[int] = None, seed: int = 1):
-        self.trl_version = require_tested_trl()
+    def __init__(self, trainer, episodes: Optional[int] = None, seed: int = 1,
+                 factory: Optional[Callable[..., "GRPOAdapter"]] = None, variants: Optional[dict] = None,
+                 key: Optional[Hashable] = None):
+        self.trl_version = require_trl(trainer)
         self.trainer, self.seed = trainer, seed
         self.G = trainer.num_generations
         self.episodes = episodes or trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
         if self.episodes % self.G:
             raise ValueError(f"episodes ({self.episodes}) must be a multiple of num_generations ({self.G})")
-        if trainer.use_vllm and not trainer.vllm_importance_sampling_correction:
-            sampler_logp = False     # vLLM's log-probs are only kept for its correction
-        else:
-            sampler_logp = True
+        # vLLM's log-probs are only kept for its correction
+        sampler_logp = not getattr(trainer, "use_vllm", False) or getattr(trainer, "vllm_importance_sampling_correction", False)
         self.loss_type = trainer.loss_type
         if self.loss_type not in PPO_CLIP | OTHER_OBJECTIVES:
-            raise ValueError(f"loss_type {self.loss_type!r} is not one this adapter was tested on "
+            raise ValueError(f"loss_type {self.loss_type!r} is not one this adapter was read against "
                              f"({', '.join(sorted(PPO_CLIP | OTHER_OBJECTIVES))})")
-        self.objective = "ppo-clip" if self.loss_type in PPO_CLIP else self.loss_type
+        # the objective TRL means to compute, or its kind and why it cannot be stated (declared.py)
+        self.objective, self.objective_why = declared.objective(trainer)
         self.capabilities = Capabilities(sampler_logp=sampler_logp,
                                          one_step_per_batch=trl_.one_step_per_batch(trainer),
-                                         by_design=BY_DESIGN.get(self.loss_type, {}))
+                                         by_design=declared.by_design(trainer))
+        self._factory, self._key = factory, key if key is not None else id(trainer)   # key: the settings
+        self.with_settings = self._with_settings if factory is not None else None
+        self.variants = dict(variants if variants is not None else declared.VARIANTS) if factory else {}
+        self.run_variant = declared.RUN_VARIANT if self.variants else None
+        if factory is not None:      # short runs of GRPOTrainer.train() on fresh trainers (run.py)
+            self.train_run = types.MethodType(run.train_run, self)
+            self.run_spec = types.MethodType(run.run_spec, self)
         self._initial = copy.deepcopy(trl_.unwrapped(trainer))      # step 0, before anything trains it
+
+    def _with_settings(self, **settings) -> "GRPOAdapter":
+        """The same trainer (its faults included) at other settings, built by the factory."""
+        return self._factory(**settings)  # type: ignore[misc]   # offered only with a factory
 
     # -- the Protocol ---------------------------------------------------------------------------
 
@@ -94,34 +90,30 @@ class GRPOAdapter:
         scored by TRL; the truth from what the sampler recorded."""
         data = self.trainer.train_dataset
         pick = torch.randperm(len(data), generator=torch.Generator().manual_seed(self.seed))
-        inputs = [dict(data[int(i)]) for i in pick[: self.episodes // self.G] for _ in range(self.G)]
+        chosen = [int(i) for i in pick[: self.episodes // self.G] for _ in range(self.G)]
+        inputs = [dict(data[i]) for i in chosen]
         record: dict = {}
         torch.manual_seed(self.seed)          # HF sampling draws from the global generator
-        with trl_.recording_generation(self.trainer, record):
+        with _sampling.recording_generation(self.trainer, record):
             out = trl_.score(self.trainer, inputs)
-        C = out["completion_ids"].shape[1]
-        drawn = rescored = None
-        if "sampler" in record:
-            tokens, logp, owned = record["sampler"]
-            owned, logp = self._fit(owned, C), self._fit(logp, C)
-            drawn = record["drawn"]             # counted from generate's output, not TRL's mask
-            rescored = trl_.configured_rewards(self.trainer, inputs, tokens, record["stop"])
-        else:                                  # vLLM: its log-probs of the sampled tokens
-            logp = out.get("sampling_per_token_logps")
-            owned = (~torch.isnan(logp)).float() if logp is not None else trl_.loss_mask(out)
-            logp = torch.nan_to_num(logp) if logp is not None else torch.zeros_like(owned)
-        # the rewards the batch's advantages were formed from: TRL's per-function scores weighted
-        # by the weights its scoring multiplies (`self.reward_weights`, sum_then_normalize)
-        w = self.trainer.reward_weights.float()
-        rewards = (record["rewards_per_func"].float() * w).nansum(1)
-        batch = {"inputs": out, "raw": inputs, "generated": record["generated"]}
-        return batch, Truth(owned, logp, rewards, self.G, drawn=drawn, rescored=rescored)
+        return _sampling.scored_batch(self.trainer, self.G, inputs, out, record, torch.tensor(chosen), self._key)
 
-    @staticmethod
-    def _fit(x: torch.Tensor, C: int) -> torch.Tensor:
-        return x[:, :C] if x.shape[1] >= C else torch.cat([x, x.new_zeros(x.shape[0], C - x.shape[1])], 1)
+    def _own(self, batch: dict) -> dict:
+        """`batch` as this trainer scores it: a batch another trainer (another setting, see
+        ``with_settings``) sampled is scored again by this one's `_generate_and_score_completions` on
+        the same completions and rewards, so what TRL stores with it (old and reference log-probs,
+        masks, advantages) is this trainer's own; kept with the batch."""
+        if batch.get("key", self._key) == self._key:    # scored by this trainer, or one at its settings
+            return batch
+        mine = batch.setdefault("_scored_by", {})
+        if self._key not in mine:
+            out = trl_.scored_again(self.trainer, batch["raw"], batch["generated"], batch["per_func"])
+            mine[self._key] = {**{k: v for k, v in batch.items() if not k.startswith("_")},
+                               "inputs": out, "trainer": self.trainer, "key": self._key}
+        return mine[self._key]
 
     def prepare(self, model, batch):
+        batch = self._own(batch)
         inp = batch["inputs"]
         old = inp.get("old_per_token_logps")
         if old is None:       # one step per batch: _compute_loss uses the current log-probs, detached
@@ -131,7 +123,9 @@ class GRPOAdapter:
     def log_probs(self, model, batch, rows=None):
         """Remembered per batch and weights: the key holds each parameter's in-place version
         counter, so weights changed in place (an optimizer step) are never served stale. With
-        ``rows``, those rows alone (not remembered: check 11 asks for a few of a moved model)."""
+        ``rows``, those rows alone (not remembered: check 11 asks for a few of a moved model). Any
+        model is scored as the trainer scores its policy (its temperature: `_internals.as_policy`)."""
+        batch = self._own(batch)
         if rows is not None:
             inp = batch["inputs"]
             return trl_.per_token_logps(self.trainer, model, {
@@ -143,8 +137,9 @@ class GRPOAdapter:
             owners[key] = weakref.ref(model)
         return cache[key]
 
-    def _rows(self, batch, rows, prep: Prepared, ref=None) -> dict:
-        """The TRL micro-batch of `rows`, with `prep`'s mask, old log-probs and advantages."""
+    def _rows(self, batch, rows, prep: Prepared, kl: bool = False) -> dict:
+        """The TRL micro-batch of `rows`, with `prep`'s mask, old log-probs and advantages; with
+        `kl`, the reference log-probs TRL stored when it scored the batch (never recomputed here)."""
         inp = batch["inputs"]
         out = {k: v[rows] for k, v in inp.items() if isinstance(v, torch.Tensor) and v.ndim > 0}
         if not torch.equal(prep.mask, trl_.loss_mask(inp)):
@@ -155,21 +150,28 @@ class GRPOAdapter:
             any(prep.old_logp is t for t in batch.get("_current_logp", {}).values())
         if not own_fallback:                  # else leave TRL's own path: per_token_logps.detach()
             out["old_per_token_logps"] = prep.old_logp[rows]
-        if ref is not None:
-            out["ref_per_token_logps"] = trl_.per_token_logps(self.trainer, ref, out)
+        if kl and "ref_per_token_logps" not in inp:
+            raise ValueError("TRL stored no reference log-probs with this batch (beta was 0 when it scored it)")
         out["num_items_in_batch"] = trl_.loss_mask(out).sum()
+        out[trl_.ROW] = rows
         return out
 
-    def loss(self, model, batch, rows, prep, ref=None):
+    def loss(self, model, batch, rows, prep, ref=None, tap=None):
+        """TRL's `compute_loss` of `rows` in one pass. ``ref`` switches its KL term on (beta); the
+        reference log-probs it then consumes are the ones TRL stored with the batch from its own
+        ref_model (check 20 compares them with ``ref``'s). ``tap`` is shown what `_compute_loss` is
+        handed and returns (`_internals.one_window`)."""
+        batch = self._own(batch)
         beta = self.trainer.beta if ref is not None else 0.0
-        inputs = self._rows(batch, rows, prep, ref)
-        with trl_.one_window(self.trainer, 1, beta, []):
+        inputs = self._rows(batch, rows, prep, kl=ref is not None)
+        with trl_.one_window(self.trainer, 1, beta, [], tap):
             loss = trl_.one_pass_loss(self.trainer, model, inputs)
         return loss, {"loss": float(loss.detach())}
 
     def backward(self, model, batch, rows, prep):
         """TRL's training_step over `rows` as one accumulation window of
         `gradient_accumulation_steps` micro-batches (without the KL term, like `loss`)."""
+        batch = self._own(batch)
         ga = self.trainer.args.gradient_accumulation_steps
         inputs = self._rows(batch, rows, prep)
         seen: list = []
@@ -184,13 +186,14 @@ class GRPOAdapter:
         """One generation batch of TRL training: shuffled and split as `_prepare_inputs` does,
         `num_iterations` passes, an optimizer step every `gradient_accumulation_steps` micro-steps
         (a fresh optimizer from the trainer's args; the scheduler's first-step learning rate).
-        `tap("loss", rows=, mask=, old_logp=, advantages=, logp=)` sees what each `_compute_loss`
-        call is handed (rlbisect.check.observe)."""
+        `tap("loss", ...)` sees what each `_compute_loss` call is handed (rlbisect.check.observe),
+        the reference log-probs TRL stored with the batch included (its KL term uses those, not `ref`)."""
+        batch = self._own(batch)
         tr, args = self.trainer, self.trainer.args
         inputs = dict(batch["inputs"])
         inputs[trl_.ROW] = torch.arange(len(inputs["advantages"]))   # rides TRL's shuffle and split
-        if ref is not None and tr.beta != 0.0:
-            inputs["ref_per_token_logps"] = trl_.per_token_logps(tr, ref, inputs)
+        if ref is not None and tr.beta != 0.0 and "ref_per_token_logps" not in inputs:
+            raise ValueError("TRL stored no reference log-probs with this batch (beta was 0 when it scored it)")
         opt, seen, micro, norms = trl_.optimizer(tr, model), list[tuple](), 0, []
         chunks = trl_.shuffled_chunks(tr, inputs, seed=0)
         with trl_.one_window(tr, args.gradient_accumulation_steps, tr.beta, seen, tap):
@@ -216,7 +219,8 @@ class GRPOAdapter:
 
     def pad(self, batch, extra):
         """`extra` more completion positions on the right, where TRL pads completions."""
-        inp, pad_id = dict(batch["inputs"]), self.trainer._tokenizer.pad_token_id
+        batch = self._own(batch)
+        inp, pad_id = dict(batch["inputs"]), trl_.tokenizer(self.trainer).pad_token_id
         for key, value in [("completion_ids", pad_id), ("completion_mask", 0), ("old_per_token_logps", 0.0),
                            ("ref_per_token_logps", 0.0), ("sampling_per_token_logps", 0.0), ("tool_mask", 1)]:
             if key in inp:
@@ -240,21 +244,35 @@ class GRPOAdapter:
 
     def with_rewards(self, batch, rewards):
         """The same completions scored with other rewards, advantages by TRL's own code."""
-        out = trl_.rescore(self.trainer, batch["raw"], batch["generated"], rewards)
+        batch = self._own(batch)
+        w = self.trainer.reward_weights.float()
+        per_func = torch.full((len(rewards), len(w)), float("nan"))
+        per_func[:, 0] = rewards.float() / w[0]      # nansum over functions gives back `rewards`
+        out = trl_.scored_again(self.trainer, batch["raw"], batch["generated"], per_func)
         inp = batch["inputs"]
         same = all(torch.equal(out[k], inp[k]) for k in ("prompt_ids", "completion_ids") if k in inp and k in out)
         # the same tokens: the remembered log-probs still hold (they do not depend on rewards)
-        return {**batch, "inputs": out, **({} if same else {"_current_logp": {}, "_owners": {}})}
+        return {**batch, "inputs": out, "per_func": per_func, **({} if same else {"_current_logp": {}, "_owners": {}})}
 
 
-def demo(episodes: int = 32, seed: int = 1, kl_coef: float = 0.1, bug: Optional[str] = None, **settings):
-    """The adapter over a tiny GRPOTrainer built in code (`trl_demo.py`); ``settings`` are its
-    construction options (loss_type, num_iterations, steps_per_generation,
-    gradient_accumulation_steps, bf16, lr, temperature)."""
-    from rlbisect.frameworks.trl import tiny as trl_demo
-    require_tested_trl()
-    trainer = trl_demo.build_trainer(episodes=episodes, kl_coef=kl_coef, **settings)
-    trl_demo.inject(trainer, bug)
-    adapter = GRPOAdapter(trainer, episodes=episodes, seed=seed)
-    adapter.faults = list(trl_demo.FAULTS)
+def demo(episodes: int = 32, seed: int = 1, kl_coef: float = 0.1, bug: Optional[str] = None, **settings: Any):
+    """The adapter over a tiny GRPOTrainer built in code (`tiny.py`); ``settings`` are its
+    construction options (loss_type, num_iterations, steps_per_generation, gradient_accumulation_steps,
+    bf16, lr, temperature, and any other GRPOConfig field: mask_truncated_completions, entropy_coef,
+    scale_rewards, ...). It offers ``with_settings`` (the same fault at other settings) and, where its
+    objective is stated exactly, the ``variants`` in declared.py."""
+    from rlbisect.frameworks.trl import tiny
+    require_trl()
+    trainer = tiny.build_trainer(episodes=episodes, kl_coef=kl_coef, **settings)
+    tiny.inject(trainer, bug)
+
+    def factory(**other: Any) -> GRPOAdapter:
+        other = {**settings, **other}
+        return demo(episodes, seed, other.pop("kl_coef", kl_coef), bug, **other)
+    # a variant inherits these settings: offered only where the objective here is stated exactly
+    stated = not declared.objective(trainer)[1]
+    key = repr(("demo", episodes, kl_coef, bug, sorted(settings.items())))   # the same settings score alike
+    adapter = GRPOAdapter(trainer, episodes=episodes, seed=seed, factory=factory,
+                          variants=None if stated else {}, key=key)
+    adapter.faults = list(tiny.FAULTS)
     return adapter

@@ -117,7 +117,7 @@ SAMPLER_KEY = "rlbisect_sampler_logp"   # rides in TRL's batch dict: shuffled an
 def _with_sampler_logps(trainer):
     """TRL's scoring with the sampler's log-probs recorded (HF generate's processed scores) and
     added to the batch it returns, so each micro-batch carries its own rows' sampler log-probs."""
-    from rlbisect.frameworks.trl._internals import recording_generation
+    from rlbisect.frameworks.trl._sampling import recording_generation
     score = trainer._generate_and_score_completions
 
     def scoring(inputs):

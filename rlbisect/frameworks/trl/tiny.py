@@ -10,6 +10,8 @@ so the tests can show every check failing on the fault it is meant for.
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import os
 import tempfile
@@ -35,6 +37,8 @@ FAULTS = {
     "adv_renorm": "advantages re-whitened per micro-batch inside the loss, after TRL scored them (15)",
     "reward_weight_ignored": "scoring sums the reward functions unweighted, ignoring reward_weights (16)",
     "reward_misaligned": "reward functions see the dataset columns one group off their completions (16)",
+    "ref_logp_untempered": "the reference model's LM head built without the temperature: TRL stores reference "
+                           "log-probs at temperature 1 (20, at the temperature-0.7 variant)",
 }
 
 
@@ -70,13 +74,14 @@ def _model_dir(seed: int) -> Path:
     return where
 
 
+@functools.lru_cache(maxsize=1)
 def _dataset(n: int = 48):
     from datasets import Dataset
     g = torch.Generator().manual_seed(0)
     rows = []
-    for _ in range(n):
+    for i in range(n):          # `id`: the task each prompt is (rlbisect's run-level task checks)
         a, b = torch.randint(0, 5, (2,), generator=g).tolist()
-        rows.append({"prompt": f"add d{a} d{b} =", "answer": f"d{a + b}"})
+        rows.append({"id": i, "prompt": f"add d{a} d{b} =", "answer": f"d{a + b}"})
     return Dataset.from_list(rows)
 
 
@@ -99,13 +104,24 @@ REWARD_WEIGHTS = [1.0, 0.1]
 
 def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "grpo", num_iterations: int = 1,
                   steps_per_generation: int = 2, gradient_accumulation_steps: int = 2, bf16: bool = False,
-                  lr: float = 1e-3, temperature: float = 1.0, seed: int = 0, output_dir: str | None = None):
-    """A GRPOTrainer as a user would construct one, at these settings."""
+                  lr: float = 1e-3, temperature: float = 1.0, seed: int = 0, output_dir: str | None = None,
+                  **config: Any):
+    """A GRPOTrainer as a user would construct one, at these settings; ``config`` is any other
+    GRPOConfig field (mask_truncated_completions, entropy_coef, scale_rewards, ...). The KL term's
+    importance-ratio weighting (`use_bias_correction_kl`, on by default in TRL 1.16) is off unless
+    asked for: rlbisect.check.spec.Objective cannot state it, and the demo's objective is declared exactly."""
     from trl import GRPOConfig, GRPOTrainer
     torch.set_num_threads(1)     # 2 threads made a step 30x slower on a 2-core machine
     if episodes % (GROUP * steps_per_generation):
         raise ValueError(f"episodes must be a multiple of {GROUP} x steps_per_generation")
+    fields = getattr(GRPOConfig, "__dataclass_fields__", {})
+    unknown = sorted(set(config) - set(fields))
+    if unknown:
+        raise ValueError(f"GRPOConfig of this TRL has no field {unknown[0]!r}")
     extra: dict[str, Any] = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
+    if "use_bias_correction_kl" in fields:
+        extra["use_bias_correction_kl"] = False
+    extra.update(config)
     args = GRPOConfig(
         output_dir=output_dir or tempfile.mkdtemp(prefix="rlbisect-trl-"), report_to="none", use_cpu=True,
         bf16=bf16, per_device_train_batch_size=episodes // steps_per_generation, num_generations=GROUP,
@@ -114,8 +130,16 @@ def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "gr
         loss_type=loss_type, temperature=temperature, seed=seed, logging_steps=1, save_strategy="no",
         dataloader_num_workers=0, disable_tqdm=True, reward_weights=REWARD_WEIGHTS, **extra)
     rewards: list[Any] = [answer_reward, brevity_reward]   # TRL's RewardFunc returns list[float | None]
-    return GRPOTrainer(model=str(_model_dir(seed)), reward_funcs=rewards, args=args,
+    # the policy as a fresh copy of the one loaded once per process (TRL loads its reference by name)
+    return GRPOTrainer(model=copy.deepcopy(_loaded(str(_model_dir(seed)))), reward_funcs=rewards, args=args,
                        train_dataset=_dataset(), processing_class=_tokenizer())
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str):
+    """The tiny policy loaded from disk once per process: never handed to a trainer itself."""
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(path)
 
 
 def inject(trainer, bug: str | None) -> None:
@@ -135,7 +159,8 @@ def inject(trainer, bug: str | None) -> None:
             elif bug == "eos_unmasked":
                 # EOS treated like padding when the mask is built (torchtune#949, RAGEN#59: the
                 # model is never trained to stop)
-                eos = torch.tensor(list(trainer.eos_token_ids))
+                from rlbisect.frameworks.trl._internals import eos_ids
+                eos = torch.tensor(eos_ids(trainer))
                 out["completion_mask"] = out["completion_mask"] * ~torch.isin(out["completion_ids"], eos)
             elif bug == "adv_sign":
                 out["advantages"] = -out["advantages"]
@@ -159,6 +184,26 @@ def inject(trainer, bug: str | None) -> None:
         trainer.compute_loss = faulty_loss
     elif bug == "ref_is_policy":
         trainer.ref_model = trainer.model
+    elif bug == "ref_logp_untempered":
+        # the shape of a construction bug: `add_fused_lm_head(self.ref_model)` without the
+        # temperature the policy's head gets (TRL's RLOOTrainer passes it; a subclass may not)
+        import trl.trainer.utils as trl_utils
+        # TRL < 1.16 has no fused head: it divides the logits in _get_per_token_logps_and_entropies
+        add_fused_lm_head: Any = getattr(trl_utils, "add_fused_lm_head", None)
+        if add_fused_lm_head is not None and trainer.ref_model is not None:
+            add_fused_lm_head(trainer.ref_model, temperature=1.0)
+        elif add_fused_lm_head is None:
+            logps = trainer._get_per_token_logps_and_entropies
+
+            def untempered(model, *args, **kwargs):
+                if model is not trainer.ref_model:
+                    return logps(model, *args, **kwargs)
+                saved, trainer.temperature = trainer.temperature, 1.0
+                try:
+                    return logps(model, *args, **kwargs)
+                finally:
+                    trainer.temperature = saved
+            trainer._get_per_token_logps_and_entropies = untempered
     elif bug == "sampler_temp":
         trainer.generation_config.temperature = 0.7
     elif bug == "reward_misaligned":

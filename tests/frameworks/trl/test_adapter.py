@@ -43,18 +43,23 @@ def _check(results, number: int):
     return list(results.values())[number - 1]
 
 
+STATED = {"grpo", "bnpo", "dapo"}     # loss types whose objective spec.Objective states exactly
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_unmodified_trl_passes_every_applicable_check(healthy, loss_type, shape):
     results = healthy[(loss_type, shape)]
-    assert len(results) == 16
+    assert len(results) == 22
     failed = {r.name: r.value for r in results.values() if not r.passed}
     assert not failed, failed
-    na = {number for number in range(1, 17) if _check(results, number).na}
-    # 13, 15, 16 apply (draw counts from generate, `observe` at _compute_loss, the reward
-    # functions re-applied); 7 and 14 need more than one optimizer step per sampled batch
+    na = {number for number in range(1, 23) if _check(results, number).na}
+    # 13, 15, 16, 17 apply (draw counts from generate, `observe` at _compute_loss, the reward
+    # functions re-applied, the dataset row of each prompt); 7 and 14 need more than one optimizer
+    # step per sampled batch; 18-20 a stated objective; 21-22 an environment (TRL has none)
     expected_na = ({7, 14} if shape == "single" else set()) | \
-        ({10} if loss_type in ("cispo", "sapo", "vespo") else set())
+        ({10} if loss_type in ("cispo", "sapo", "vespo") else set()) | \
+        ({18, 19, 20} if loss_type not in STATED else set()) | {21, 22}
     assert na == expected_na
     for number in na:                                 # n/a always says why
         assert len(_check(results, number).na) > 20
@@ -87,6 +92,7 @@ FAULTS = [
     ("adv_renorm", "multi", 15),
     ("reward_weight_ignored", "single", 16),
     ("reward_misaligned", "single", 16),
+    ("ref_logp_untempered", "single", 20),
 ]
 
 
@@ -116,13 +122,23 @@ def test_same_seed_same_numbers(healthy):
     assert [r.value for r in again.values() if not r.na] == [r.value for r in first.values() if not r.na]
 
 
-def test_an_untested_trl_version_is_refused(monkeypatch):
+def test_trl_is_detected_by_feature_not_refused_by_version(monkeypatch):
+    """The version comes from the imported module; a newer one is tried with a warning; a trainer
+    lacking a member the probe points need is a clear "cannot run" error."""
+    import types
+
     import trl
 
-    from rlbisect.frameworks.trl.adapter import require_tested_trl
-    monkeypatch.setattr(trl, "__version__", "1.15.2")
-    with pytest.raises(RuntimeError, match="tested on TRL >=1.16.0,<1.17.0; this is TRL 1.15.2"):
-        require_tested_trl()
+    from rlbisect.frameworks.trl.adapter import require_trl
+    monkeypatch.setattr(trl, "__version__", "1.4.0")
+    assert require_trl() == "1.4.0"                     # older: no refusal
+    monkeypatch.setattr(trl, "__version__", "9.1.0")
+    with pytest.warns(UserWarning, match="TRL 9.1.0 is newer than 1.16.0"):
+        assert require_trl() == "9.1.0"
+    monkeypatch.setattr(trl, "__version__", "1.16.0")
+    lacking = types.SimpleNamespace(reward_weights=None, num_generations=4, loss_type="grpo")
+    with pytest.raises(RuntimeError, match="cannot run on TRL 1.16.0: its GRPOTrainer lacks _generate_and_score"):
+        require_trl(lacking)
 
 
 @pytest.mark.slow
@@ -169,7 +185,7 @@ def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
     table = json.loads(done.stdout)
     assert list(table) == ["none", "mask_shift", "adv_sign", "old_logp_absent", "old_logp_detached",
                            "ref_is_policy", "accum_unscaled", "sampler_temp", "eos_unmasked", "adv_renorm",
-                           "reward_weight_ignored", "reward_misaligned"]
+                           "reward_weight_ignored", "reward_misaligned", "ref_logp_untempered"]
     assert log.read_text() == "imported\n"
     assert not table["adv_sign"]["update raises log pi where A > 0"]["passed"]
 
@@ -177,7 +193,7 @@ def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
 def test_drawn_counts_include_the_first_eos_and_only_what_was_sampled():
     import torch
 
-    from rlbisect.frameworks.trl._internals import drawn_counts
+    from rlbisect.frameworks.trl._sampling import drawn_counts
     eos = torch.tensor([1])
     tokens = torch.tensor([[5, 6, 1, 0, 0], [5, 1, 6, 1, 0], [5, 6, 7, 8, 9], [1, 0, 0, 0, 0]])
     assert drawn_counts(tokens, 5, eos).tolist() == [3, 2, 5, 1]
@@ -188,7 +204,7 @@ def test_rewards_that_cannot_be_rerun_apart_from_trl_leave_check_16_na():
     """A reward model or an async reward function: no `rescored`, so check 16 says n/a, not a pass."""
     import torch
 
-    from rlbisect.frameworks.trl import _internals as trl_
+    from rlbisect.frameworks.trl import _sampling
     from rlbisect.frameworks.trl.adapter import demo
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
@@ -199,5 +215,5 @@ def test_rewards_that_cannot_be_rerun_apart_from_trl_leave_check_16_na():
         return [0.0] * len(completions)
     for other in (torch.nn.Linear(1, 1), judged):
         tr.reward_funcs = [tr.reward_funcs[0], other]
-        assert trl_.configured_rewards(tr, [{"prompt": "add d1 d2 ="}], torch.tensor([[5, 1]]),
+        assert _sampling.configured_rewards(tr, [{"prompt": "add d1 d2 ="}], torch.tensor([[5, 1]]),
                                        torch.tensor([1])) is None

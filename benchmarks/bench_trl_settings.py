@@ -1,0 +1,90 @@
+"""The checks on unmodified TRL over a settings grid: every cell must pass (target: 0 failures).
+
+Factors: loss_type x mask_truncated_completions x entropy_coef x beta x scale_rewards x
+importance_sampling_level x (num_iterations, steps_per_generation) x gradient_accumulation_steps. The
+full product is thousands of cells at ~1-3 s each, so the grid is sampled: every level of every
+factor alone (the others at the demo's default), then a seeded random sample of the product; the
+output says how many cells of how many. Each cell runs the step-0 checks (with the variants the
+adapter offers there); ``--runs`` adds the run-level checks (real `trainer.train()` steps).
+
+Usage: python benchmarks/bench_trl_settings.py [--sample 40] [--seed 0] [--runs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import itertools
+import random
+import time
+import warnings
+
+FACTORS: dict[str, list] = {
+    "loss_type": ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo"],
+    "mask_truncated_completions": [False, True],
+    "entropy_coef": [0.0, 0.3],
+    "kl_coef": [0.1, 0.0],
+    "scale_rewards": ["group", "batch", "none"],
+    "importance_sampling_level": ["token", "sequence"],
+    "iterations/spg": [(1, 2), (2, 2), (1, 4)],
+    "gradient_accumulation_steps": [2, 4],
+}
+
+
+def settings_of(cell: dict) -> dict:
+    out = {k: v for k, v in cell.items() if k != "iterations/spg"}
+    out["num_iterations"], out["steps_per_generation"] = cell["iterations/spg"]
+    if out["loss_type"] == "luspo":       # LUSPO is defined with a sequence-level ratio (tiny.py sets it)
+        out.pop("importance_sampling_level")
+    return out
+
+
+def cells(sample: int, seed: int) -> tuple[list[dict], int]:
+    default = {k: v[0] for k, v in FACTORS.items()}
+    chosen = [default] + [{**default, k: v} for k, values in FACTORS.items() for v in values[1:]]
+    product = [dict(zip(FACTORS, combo)) for combo in itertools.product(*FACTORS.values())]
+    rest = [c for c in product if c not in chosen]
+    chosen += random.Random(seed).sample(rest, min(sample, len(rest)))
+    return chosen, len(product)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sample", type=int, default=40, help="random cells of the product beyond one-at-a-time")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", action="store_true", help="also the run-level checks (slower)")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    from transformers.utils import logging
+    logging.set_verbosity_error()
+    import trl
+
+    from rlbisect.check.invariants import sanity_checks
+    from rlbisect.check.run_level import run_checks
+    from rlbisect.frameworks.trl.adapter import demo
+
+    grid, total = cells(args.sample, args.seed)
+    print(f"TRL {trl.__version__}: {len(grid)} of {total} cells (each level alone, then {args.sample} sampled "
+          f"with seed {args.seed}); {'step-0 and run-level' if args.runs else 'step-0'} checks")
+    names = list(FACTORS)
+    print(" | ".join(names) + " | stated | by design | n/a | failed")
+    failures, t0 = 0, time.perf_counter()
+    for cell in grid:
+        with contextlib.redirect_stdout(io.StringIO()):
+            adapter = demo(**settings_of(cell))
+            results = sanity_checks(adapter)
+            if args.runs:
+                results = {**results, **run_checks(adapter)}
+        failed = [r.name for r in results.values() if not r.passed]
+        failures += bool(failed)
+        by_design = sum(bool(r.by_design) for r in results.values())
+        na = sum(bool(r.na) for r in results.values())
+        stated = "yes" if not adapter.objective_why else "no"
+        print(" | ".join(str(cell[k]) for k in names) + f" | {stated} | {by_design} | {na} | {', '.join(failed) or '-'}",
+              flush=True)
+    print(f"{failures} of {len(grid)} cells with a failed check ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Loading an adapter: `MODULE:FACTORY`, `FILE.py:FACTORY` or a registered name -> the adapter its
+factory builds, and what a failure means: a spec that names nothing (:class:`AdapterNotFound`, bad
+input) or an adapter that does not fit this code (:class:`AdapterUnfit`, "could not run": git
+bisect run's skip)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from rlbisect.errors import CannotRun, ExitCode, InputError
+from rlbisect.registry import Registry
+
+
+class AdapterError(InputError):
+    """An adapter that cannot be loaded or built; the message is one line."""
+
+
+class AdapterNotFound(AdapterError):
+    """The spec names nothing: no such file, module, factory or registered name (exit 2; inside a
+    bisect the CLI makes it a skip: the commit predates the adapter)."""
+
+
+class AdapterUnfit(AdapterError, CannotRun):
+    """The adapter is there but does not fit this code: it or what it imports fails to import, its
+    factory refuses an option, raises, or returns no adapter (exit 125, git bisect run's skip)."""
+
+    exit_code = ExitCode.CANNOT_RUN
+
+
+def _first(folder: Path) -> None:
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+
+def _import_file(path: Path):
+    """A FILE.py adapter: as part of its package if it is in one, else standalone."""
+    path = path.resolve()
+    package = path.parent
+    while (package / "__init__.py").is_file():
+        package = package.parent
+    if package != path.parent:   # in a package: import it by its dotted name, from its root
+        _first(package)
+        dotted = ".".join(path.relative_to(package).with_suffix("").parts)
+        return importlib.import_module(dotted)
+    # standalone: one module per file and process, so a second load (a --matrix row) does not
+    # run the file again and stack whatever it patches
+    mod_name = "_rlbisect_adapter_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    mod_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if mod_spec is None or mod_spec.loader is None:   # a .py path always has both
+        raise AdapterError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(mod_spec)
+    _first(path.parent)
+    sys.modules[mod_name] = module
+    try:
+        mod_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[mod_name]
+        raise
+    return module
+
+
+def _import_target(spec: str):
+    if ":" not in spec:
+        if spec in ADAPTERS:
+            try:
+                return ADAPTERS.get(spec)
+            except Exception as e:   # rlbisect's own entry: the framework it needs does not import here
+                raise AdapterUnfit(f"adapter {spec!r}: {type(e).__name__}: {e}".splitlines()[0]) from None
+        raise AdapterError(f"adapter spec {spec!r} must be MODULE:FACTORY, FILE.py:FACTORY or one of "
+                           f"{', '.join(ADAPTERS)}")
+    where, name = spec.rsplit(":", 1)
+    try:
+        if where.endswith(".py"):
+            if not Path(where).is_file():
+                raise AdapterNotFound(f"adapter file {where} does not exist")
+            module = _import_file(Path(where))
+        else:
+            _first(Path.cwd())   # as `python -m` would: a module in the current folder is found
+            module = importlib.import_module(where)
+    except AdapterError:
+        raise
+    except Exception as e:   # the user's module failed to import: say which and why, in one line
+        own = isinstance(e, ModuleNotFoundError) and e.name and f"{where}.".startswith(f"{e.name}.")
+        kind = AdapterNotFound if own else AdapterUnfit      # not there at all, or there and broken
+        raise kind(f"cannot import {where}: {type(e).__name__}: {e}".splitlines()[0]) from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise AdapterNotFound(f"{where} has no callable {name!r}")
+    return factory
+
+
+def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) -> Any:
+    """Build an adapter from `MODULE:FACTORY`, `FILE.py:FACTORY` or a name registered in
+    :data:`ADAPTERS`, passing the options it accepts; it must have the methods in ``require``
+    (the checks' probe points by default; ``("replay",)`` is all ``rlbisect replay`` needs).
+    `MODULE:FACTORY` is found from the current folder first (as `python -m` would); a FILE.py in a
+    package is imported as part of it, so relative imports work; a FILE.py on its own runs with its
+    folder first on `sys.path`. Each file is imported once per process.
+
+    An option the factory does not accept is an error when it was set (not None): silently
+    ignoring `--bug` would check the wrong thing.
+    """
+    from rlbisect.check.adapter import REQUIRED
+    factory = _import_target(spec)
+    params = inspect.signature(factory).parameters
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    kwargs = {}
+    for key, value in options.items():
+        if takes_all or key in params:
+            kwargs[key] = value
+        elif value is not None:
+            raise AdapterUnfit(f"{spec} does not accept option {key!r}")
+    try:
+        adapter = factory(**kwargs)
+    except CannotRun:
+        raise
+    except Exception as e:
+        raise AdapterUnfit(f"{spec} failed: {type(e).__name__}: {e}".splitlines()[0]) from None
+    missing = [m for m in (REQUIRED if require is None else require) if not callable(getattr(adapter, m, None))]
+    if missing:
+        raise AdapterUnfit(f"{spec} returned an adapter without {', '.join(missing)}")
+    return adapter
+
+
+DEFAULT_ADAPTER = "reference_trainer.adapter:make_adapter"
+#: Adapter factories by name (``--adapter NAME``); see rlbisect.registry.
+ADAPTERS: Registry[Callable[..., Any]] = Registry("adapter")
+ADAPTERS.register("tinyagent", DEFAULT_ADAPTER)
+ADAPTERS.register("trl-demo", "rlbisect.frameworks.trl:demo")
+
+
+def parse_adapter_opts(pairs: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs (``--adapter-opt``) -> factory keyword arguments; a value that reads as
+    JSON (a number, true/false, null, a list) is passed as that, anything else as a string."""
+    import json
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise AdapterError(f"--adapter-opt {pair!r}: expected KEY=VALUE, e.g. temperature=0.7")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out

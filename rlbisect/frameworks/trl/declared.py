@@ -1,0 +1,117 @@
+"""What a GRPOTrainer declares it does, read from its configuration (never from the code that does it):
+the objective its `_compute_loss` means to compute, the checks it fails on purpose, and the settings
+at which every identity still holds.
+
+The objective is TRL 1.16's `_compute_loss` (trl/trainer/grpo_trainer.py) stated as an
+:class:`~rlbisect.check.spec.Objective` where it can be stated exactly:
+
+    loss_type   per_token_loss (token-level ratio r)        aggregation over the micro-batch's rows
+    grpo        -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)   mean over rows of each row's token mean
+    bnpo        as grpo                                     token mean over the micro-batch
+    dapo        as grpo                                     token sum / the window's token count (a
+                                                            token mean when one micro-batch is the window)
+    + beta * k3(logp, ref_logp) per token, before aggregating (so aggregated as the policy term)
+    advantages  (r - group mean) / (group std + 1e-4) (scale_rewards="group"), r - group mean ("none")
+
+Where the loss cannot be stated in `Objective` the declaration keeps only its kind ("ppo-clip" for
+the clipped loss types, else the loss type) with the reason (:func:`objective`): then checks 18-20
+are n/a and say so. Each reason names the field `Objective` would need.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlbisect.check.spec import Objective
+
+# TRL's loss types whose objective is PPO's clipped surrogate (check 10 applies to these)
+PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
+OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
+AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean"}
+ADV_EPS = 1e-4            # `advantages / (std_rewards + 1e-4)` in _generate_and_score_completions
+
+ACCUMULATION = "accumulated = one-pass gradient"
+GROUP_LOCAL = "advantages depend only on their own group"
+PER_MICROBATCH = {
+    "bnpo": "bnpo normalizes each microbatch by its own token count (TRL's documented choice), so "
+            "accumulated microbatches differ from one pass unless they hold equal token counts",
+}
+
+
+def entropy_bonus(trainer) -> bool:
+    """TRL's entropy bonus is on (`entropy_coef != 0` or adaptive; absent before TRL had one)."""
+    return bool(getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "entropy_coef", 0.0))
+
+
+def objective(trainer) -> "tuple[Objective | str, str]":
+    """(the declared objective, why it is only a kind string: "" when it is stated exactly)."""
+    args, lt = trainer.args, trainer.loss_type
+    kind = "ppo-clip" if lt in PPO_CLIP else lt
+    why = []
+    if lt not in AGGREGATION:
+        why.append(f"loss_type {lt!r} ({'its own objective' if lt not in PPO_CLIP else 'its normalizer'} "
+                   "has no Objective field)" if lt != "dr_grpo" else
+                   "dr_grpo divides by rows x max_completion_length, a per-call constant "
+                   "(Objective.sum_norm is one number)")
+    if getattr(trainer, "importance_sampling_level", "token") != "token":
+        why.append("importance_sampling_level='sequence' (a sequence-level ratio: no Objective field)")
+    if getattr(args, "delta", None) is not None:
+        why.append("delta (two-sided clipping: no Objective field)")
+    if getattr(trainer, "top_entropy_quantile", 1.0) < 1.0:
+        why.append("top_entropy_quantile < 1 (a high-entropy token mask: no Objective field)")
+    if getattr(trainer, "off_policy_mask_threshold", None) is not None:
+        why.append("off_policy_mask_threshold (a sequence mask: no Objective field)")
+    if getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False):
+        why.append("vLLM importance-sampling correction (no Objective field)")
+    if entropy_bonus(trainer):
+        why.append("the entropy bonus acts on entropies TRL's fused LM head computes beside the log-probs; "
+                   "the loss tap cannot show them (no `entropy` in the tap and in objective_loss)")
+    if trainer.beta != 0.0 and getattr(args, "use_bias_correction_kl", False):
+        why.append("use_bias_correction_kl (the KL term times the importance ratio: no Objective field)")
+    scale: Any = getattr(trainer, "scale_rewards", "group")
+    scale = "group" if scale is True else "none" if scale is False else scale   # older TRL: a bool
+    if scale not in ("group", "none"):
+        why.append(f"scale_rewards={scale!r} (group mean over batch std: no Objective.advantages value)")
+    if getattr(trainer, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+        why.append("multi_objective_aggregation='normalize_then_sum' (no Objective.advantages value)")
+    if why:
+        return kind, "; ".join(why)
+    return Objective(kind="ppo-clip", clip_low=float(trainer.epsilon_low), clip_high=float(trainer.epsilon_high),
+                     aggregation=AGGREGATION[lt], kl_coef=float(trainer.beta), kl_estimator="k3",  # type: ignore[arg-type]
+                     temperature=float(trainer.temperature),
+                     advantages="group_mean_std" if scale == "group" else "group_mean", adv_eps=ADV_EPS), ""
+
+
+def by_design(trainer) -> dict[str, str]:
+    """The checks this trainer fails on purpose, each with TRL's reason."""
+    out = {}
+    if trainer.loss_type in PER_MICROBATCH:
+        out[ACCUMULATION] = PER_MICROBATCH[trainer.loss_type]
+    scale = getattr(trainer, "scale_rewards", "group")
+    if scale == "batch" or getattr(trainer, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+        out[GROUP_LOCAL] = ("TRL scales advantages by the whole batch's reward std (scale_rewards='batch', or "
+                            "multi_objective_aggregation='normalize_then_sum'), a documented choice: a group's "
+                            "rewards move every other group's advantages")
+    if entropy_bonus(trainer):
+        out[ACCUMULATION] = ("TRL's entropy bonus is a token mean over each micro-batch (`_compute_loss`: "
+                             "`(entropies * mask).sum() / mask.sum() / accumulation`), so accumulated "
+                             "micro-batches differ from one pass unless they hold equal token counts")
+    return out
+
+
+#: Settings at which every identity still holds, for the demo trainer (`demo(**settings)`): the
+#: step-0 checks that run at every setting (6, 19, 20) exercise them. One variant holding them all
+#: (each variant costs a trainer and a scoring of the probe batch): temperature != 1 reaches the
+#: temperature TRL bakes into each model's fused LM head (the stored reference log-probs included),
+#: dapo another aggregation and its window normalizer over 4 accumulated micro-batches. (bnpo and an
+#: entropy bonus fail check 6 by design, so they are settings to check at, not variants.)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "temperature 0.7, dapo, 4 micro-batches": {"temperature": 0.7, "loss_type": "dapo",
+                                               "gradient_accumulation_steps": 4},
+}
+
+#: The run-level checks' off-default run (two optimizer steps on one generation batch, so the second
+#: uses stored old log-probs): temperature != 1, a cosine schedule after one warmup step, and a
+#: gradient clip that binds.
+RUN_VARIANT: dict[str, Any] = {"temperature": 0.7, "num_iterations": 2, "lr_scheduler_type": "cosine",
+                               "warmup_steps": 1, "max_grad_norm": 0.05}

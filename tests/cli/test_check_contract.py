@@ -1,0 +1,130 @@
+"""``rlbisect check``'s exit contract and check selection: 0 pass, 1 a selected check fails or the
+code under test raises, 2 bad input, 125 the checks cannot run on this code (git bisect run's skip)."""
+
+import json
+import subprocess
+
+from typer.testing import CliRunner
+
+from rlbisect.check.results import CheckResult
+from rlbisect.cli.app import app
+from rlbisect.cli.check import _where
+
+runner = CliRunner()
+
+#: TinyAgent's adapter with one member replaced: ``{override}`` is the body of a subclass.
+WRAPPED = """
+from reference_trainer.adapter import make_adapter as _make
+from rlbisect.errors import CannotRun
+
+
+def make(**kw):
+    base = _make(**kw)
+
+    class Wrapped(type(base)):
+{override}
+    base.__class__ = Wrapped
+    return base
+"""
+
+
+def _wrapped(tmp_path, override: str) -> str:
+    """A new file each time: an adapter file is imported once per process."""
+    path = tmp_path / f"wrapped{len(list(tmp_path.glob('wrapped*.py')))}.py"
+    path.write_text(WRAPPED.format(override=override))
+    return f"{path}:make"
+
+
+def check(*args, env=None):
+    return runner.invoke(app, ["check", *args], env=env)
+
+
+def test_an_adapter_that_names_nothing_is_bad_input_by_hand(tmp_path, monkeypatch):
+    monkeypatch.delenv("RLBISECT_PROBE", raising=False)
+    monkeypatch.chdir(tmp_path)                       # not in a git repository: no bisect here
+    for spec in (f"{tmp_path}/missing.py:make", "no_such_pkg.adapter:make", "nosuchname",
+                 "reference_trainer.adapter:no_such_factory"):
+        r = check("--adapter", spec)
+        assert r.exit_code == 2, (spec, r.output)
+
+
+def test_inside_a_bisect_an_adapter_missing_at_this_commit_is_a_skip(tmp_path, monkeypatch):
+    """rlbisect run's command predicate sets RLBISECT_PROBE; git bisect run leaves BISECT_START."""
+    monkeypatch.chdir(tmp_path)
+    r = check("--adapter", f"{tmp_path}/missing.py:make", env={"RLBISECT_PROBE": "abc"})
+    assert r.exit_code == 125 and "cannot run the checks here" in r.output
+    monkeypatch.delenv("RLBISECT_PROBE", raising=False)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("x\n")
+    subprocess.run(["git", "add", "f"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], cwd=tmp_path, check=True)
+    assert check("--adapter", "missing.py:make").exit_code == 2          # no bisect yet
+    subprocess.run(["git", "bisect", "start"], cwd=tmp_path, check=True, capture_output=True)
+    r = check("--adapter", "missing.py:make")
+    assert r.exit_code == 125, r.output
+
+
+def test_an_adapter_that_does_not_fit_this_code_cannot_run(tmp_path):
+    """Its import fails (the trainer it imports is not there), or it says so (CannotRun): 125,
+    from the factory or from a probe point."""
+    (tmp_path / "old.py").write_text("import trainer_of_the_future  # noqa\ndef make(**kw): pass\n")
+    r = check("--adapter", f"{tmp_path}/old.py:make")
+    assert r.exit_code == 125 and "trainer_of_the_future" in r.output
+    r = check("--adapter", _wrapped(tmp_path, "        pass\n    raise CannotRun('no GRPOTrainer._private here')"))
+    assert r.exit_code == 125 and "no GRPOTrainer._private here" in r.output
+    spec = _wrapped(tmp_path, "        def pad(self, batch, extra):\n"
+                              "            raise CannotRun('this trainer cannot pad')\n")
+    r = check("--adapter", spec, "--no-runs")
+    assert r.exit_code == 125 and "this trainer cannot pad" in r.output
+
+
+def test_the_code_under_test_raising_stays_bad(tmp_path):
+    spec = _wrapped(tmp_path, "        def pad(self, batch, extra):\n"
+                              "            raise ValueError('the padding code is broken')\n")
+    r = check("--adapter", spec, "--no-runs")
+    assert r.exit_code == 1 and isinstance(r.exception, ValueError)
+
+
+def test_checks_select_by_number_or_name_and_the_others_never_decide():
+    r = check("--bug", "sign_flip", "--no-runs", "--checks", "1,6")
+    assert r.exit_code == 0 and "all 2 selected checks passed" in r.output, r.output
+    assert "mask = policy tokens" in r.output and "update raises" not in r.output
+    r = check("--bug", "sign_flip", "--no-runs", "--checks", "8", "--json")
+    assert r.exit_code == 1 and list(json.loads(r.output)) == ["update raises log pi where A > 0"]
+    r = check("--bug", "sign_flip", "--no-runs", "--checks", "UPDATE raises log pi where A > 0", "--checks", "1")
+    assert r.exit_code == 1 and "FAILED: update raises log pi where A > 0" in r.output
+
+
+def test_an_unknown_check_is_bad_input_that_lists_the_checks():
+    r = check("--checks", "1,nope", "--no-runs")
+    assert r.exit_code == 2 and "no check named 'nope'" in r.output and "1 mask = policy tokens" in r.output
+    assert check("--checks", "999").exit_code == 2
+    r = check("--checks", "same seed, same rows", "--no-runs")
+    assert r.exit_code == 2 and "--no-runs" in r.output
+
+
+def test_run_level_checks_run_only_when_one_is_selected(monkeypatch):
+    import rlbisect.check.run_level as run_level
+    calls = []
+
+    def fake(adapter, seed=0, thresholds=None):
+        calls.append(1)
+        return {name: CheckResult(name, 0.0, True) for name in run_level.RUN_CHECKS}
+    monkeypatch.setattr(run_level, "run_checks", fake)
+    assert check("--checks", "1").exit_code == 0 and not calls
+    r = check("--checks", "1,evaluation: held-out tasks, weights untouched", "--json")
+    assert r.exit_code == 0 and calls == [1]
+    assert list(json.loads(r.output)) == ["mask = policy tokens", "evaluation: held-out tasks, weights untouched"]
+
+
+def test_a_failing_line_shows_its_setting_and_detail(tmp_path):
+    assert _where(CheckResult("x", 0.31, False, setting="temperature 0.7", detail="off by 0.3")) == \
+        '  at "temperature 0.7": off by 0.3'
+    assert _where(CheckResult("x", 1.0, False, detail="off")) == "  off"
+    assert _where(CheckResult("x", 1.0, False)) == ""
+    spec = _wrapped(tmp_path, "        def train_run(self, steps, seed, eval_every, tap=None, settings=None):\n"
+                              "            raise RuntimeError('the loop is broken')\n")
+    r = check("--adapter", spec, "--checks", "short runs complete")
+    line = next(ln for ln in r.output.splitlines() if ln.startswith("short runs complete"))
+    assert r.exit_code == 1 and "FAIL" in line and line.endswith("the trainer's loop raised RuntimeError: the loop is broken")

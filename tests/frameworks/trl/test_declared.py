@@ -1,0 +1,122 @@
+"""What the TRL adapter declares: the objective per loss type (checks 18-20 compare TRL's loss and
+its stored reference log-probs with it), the settings that change the objective on purpose, and the
+variants the step-0 checks exercise by default."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import pytest
+
+pytest.importorskip("trl")
+
+from rlbisect.check.invariants import sanity_checks  # noqa: E402
+from rlbisect.check.spec import Objective  # noqa: E402
+
+
+def _quiet():
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    return stack
+
+
+def _demo(**opts):
+    from rlbisect.frameworks.trl.adapter import demo
+    with _quiet():
+        return demo(**opts)
+
+
+def _checks(**opts):
+    adapter = _demo(**opts)
+    with _quiet():
+        return sanity_checks(adapter)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type,aggregation", [("grpo", "seq_mean_token_mean"), ("bnpo", "token_mean"),
+                                                   ("dapo", "token_mean")])
+def test_the_objective_is_read_from_the_configuration(loss_type, aggregation):
+    a = _demo(loss_type=loss_type, kl_coef=0.05, temperature=0.9, epsilon=0.3, epsilon_high=0.28,
+              scale_rewards="none")
+    assert a.objective == Objective(kind="ppo-clip", clip_low=0.3, clip_high=0.28, aggregation=aggregation,
+                                    kl_coef=0.05, kl_estimator="k3", temperature=0.9, advantages="group_mean",
+                                    adv_eps=1e-4)
+    assert a.objective_why == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opts,why", [
+    ({"loss_type": "dr_grpo"}, "dr_grpo divides by rows x max_completion_length"),
+    ({"loss_type": "cispo"}, "its own objective"),
+    ({"entropy_coef": 0.3}, "entropy bonus"),
+    ({"use_bias_correction_kl": True}, "use_bias_correction_kl"),
+    ({"scale_rewards": "batch"}, "scale_rewards='batch'"),
+    ({"importance_sampling_level": "sequence"}, "sequence-level ratio"),
+])
+def test_what_objective_cannot_state_stays_a_kind_with_its_reason(opts, why):
+    a = _demo(**opts)
+    assert isinstance(a.objective, str) and why in a.objective_why
+    assert a.variants == {}        # a variant would inherit the unstated setting
+
+
+@pytest.mark.slow
+def test_a_stored_reference_log_prob_at_the_wrong_temperature_fails_check_20_at_the_variant():
+    """The loss is handed TRL's stored `ref_per_token_logps`, not a recomputation: a reference whose LM head
+    ignores the temperature passes at temperature 1 and fails at the temperature-0.7 variant."""
+    ref = "reference log-probs = the reference's"
+    healthy, faulty = _checks(), _checks(bug="ref_logp_untempered")
+    assert healthy[ref].passed and not healthy[ref].na and healthy[ref].value < 1e-6
+    assert not faulty[ref].passed and faulty[ref].setting.startswith("temperature 0.7") and faulty[ref].value > 0.01
+    at_t07 = _checks(bug="ref_logp_untempered", temperature=0.7)     # at that setting itself: no variant needed
+    assert not at_t07[ref].passed and at_t07[ref].setting == ""
+
+
+@pytest.mark.slow
+def test_the_loss_tap_sees_the_reference_log_probs_trl_stored():
+    """A stored value corrupted after TRL computed it reaches check 20 (the adapter recomputes nothing)."""
+    a = _demo()
+    with _quiet():
+        batch, truth = a.probe_batch()
+        ref = a.make_ref(a.policy())
+        rows = a.prepare(a.policy(), batch)
+        seen: list = []
+        batch["inputs"]["ref_per_token_logps"] += 0.5
+        a.loss(a.policy(), batch, [0, 1], rows, ref=ref, tap=lambda event, **v: seen.append(v))
+    (got,) = seen
+    own = a.log_probs(ref, batch, rows=[0, 1])
+    on = got["mask"] > 0
+    assert float((got["ref_logp"] - own).abs()[on].max()) == pytest.approx(0.5, abs=1e-5)
+    assert got["loss"] is not None and got["logp"].requires_grad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opts,name,why", [
+    ({"entropy_coef": 0.3}, "accumulated = one-pass gradient", "entropy bonus is a token mean over each micro-batch"),
+    ({"scale_rewards": "batch"}, "advantages depend only on their own group", "the whole batch's reward std"),
+    ({"mask_truncated_completions": True}, "mask = policy tokens", "")])
+def test_settings_that_change_the_objective_on_purpose_pass(opts, name, why):
+    """entropy_coef: TRL's bonus is a per-micro-batch token mean (check 6 by design, with the reason);
+    scale_rewards='batch': one std over the batch couples the groups (check 12 by design);
+    mask_truncated_completions: the truth leaves out what the sampler cut (check 1 passes outright)."""
+    results = _checks(**opts)
+    assert all(r.passed for r in results.values()), {r.name: r.value for r in results.values() if not r.passed}
+    if why:
+        assert why in results[name].by_design and results[name].value > 0
+        assert not _checks()[name].by_design           # only where the setting declares it
+    else:
+        assert results[name].value == 0 and not results[name].by_design
+        assert not _checks(bug="mask_shift", **opts)[name].passed      # the truth still catches a shifted mask
+
+
+@pytest.mark.slow
+def test_variants_are_offered_and_built_with_the_same_fault():
+    a = _demo(bug="adv_sign")
+    (label,) = a.variants
+    b = a.with_settings(**a.variants[label])
+    assert b.loss_type == "dapo" and b.trainer.args.gradient_accumulation_steps == 4
+    assert b.trainer.args.per_device_train_batch_size == a.trainer.args.per_device_train_batch_size
+    assert b._factory is not None and a.with_settings(temperature=0.7).trainer.temperature == 0.7

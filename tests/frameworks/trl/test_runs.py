@@ -1,0 +1,57 @@
+"""The run-level checks on TRL: short runs of GRPOTrainer.train() watched through the tap."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import pytest
+
+pytest.importorskip("trl")
+pytestmark = pytest.mark.slow     # they train (transformers and TRL): tests/conftest.py
+
+from rlbisect.check.run_level import run_checks  # noqa: E402
+from rlbisect.check.spec import Schedule  # noqa: E402
+
+REF = "reference log-probs = the starting policy's"
+
+
+def _runs(**opts):
+    from rlbisect.frameworks.trl.adapter import demo
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return run_checks(demo(**opts))
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    return _runs()
+
+
+def test_unmodified_trl_passes_the_run_level_checks(healthy):
+    failed = {r.name: r.value for r in healthy.values() if not r.passed}
+    assert not failed, failed
+    na = {r.name for r in healthy.values() if r.na}
+    assert na == {"evaluation: held-out tasks, weights untouched", "evaluation leaves training alone"}   # no eval dataset
+    assert healthy[REF].value < 1e-6 and healthy["optimizer = the configured one"].value == 0
+
+
+@pytest.mark.parametrize("bug,check", [("ref_is_policy", REF),
+                                       ("reward_weight_ignored", "rewards = the configured reward rule, every step"),
+                                       ("adv_sign", "mask and advantages = the step's batch")])
+def test_a_fault_fails_its_run_level_check(healthy, bug, check):
+    assert not _runs(bug=bug)[check].passed
+    assert healthy[check].passed and not healthy[check].na
+
+
+def test_the_run_spec_is_read_from_the_training_arguments():
+    from rlbisect.frameworks.trl.adapter import demo
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        a = demo(lr=3e-4)
+        spec = a.run_spec(5, {"lr_scheduler_type": "cosine", "warmup_steps": 2, "max_grad_norm": 0.5})
+    assert spec.optimizer == "AdamW" and spec.lr == 3e-4 and spec.max_grad_norm == 0.5
+    assert spec.hyper == {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+    assert spec.schedule == Schedule(kind="cosine", warmup=2, total=5, warmup_from_zero=True)
+    assert spec.train_tasks == frozenset(range(48))
