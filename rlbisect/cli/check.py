@@ -134,8 +134,8 @@ def adapter_failure(spec: str, error: RlbisectError) -> RlbisectError:
     not fit this code is :class:`~rlbisect.check.loading.AdapterUnfit` already (exit 125); a spec
     that names nothing is bad input (exit 2) by hand, and inside a bisect (:func:`in_a_bisect`)
     means this commit predates the adapter: the checks cannot run here (exit 125)."""
-    from rlbisect.check.loading import AdapterNotFound
-    if isinstance(error, AdapterNotFound) and in_a_bisect():
+    from rlbisect.check.loading import AdapterNotFound, AdapterUnfit
+    if isinstance(error, AdapterUnfit) or (isinstance(error, AdapterNotFound) and in_a_bisect()):
         return CannotRun(f"cannot run the checks here: {error}")
     return error
 

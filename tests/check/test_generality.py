@@ -16,18 +16,13 @@ from typer.testing import CliRunner
 
 from rlbisect.check.adapter import AdapterError, TrainerAdapter, load_adapter
 from rlbisect.cli.app import app
-from rlbisect.check.invariants import sanity_checks
+from rlbisect.check.invariants import BUILTIN, sanity_checks
+from rlbisect.check.run_level import RUN_CHECKS
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 SPEC = f"{HERE.parent / 'second_trainer' / 'adapter.py'}:make_adapter"
-NAMES = ["mask = policy tokens", "sampler = trainer log-prob", "ratio = 1 before any step",
-         "group advantage mean = 0", "loss invariant to padding", "accumulated = one-pass gradient",
-         "old_logp frozen in the update", "update raises log pi where A > 0", "KL to reference > 0 after a step",
-         "clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
-         "advantages depend only on their own group", "every sampled token is trained on",
-         "each optimizer step sees only its own gradient", "the update consumes what prepare() returns",
-         "rewards = the configured reward rule"]
+NAMES = list(BUILTIN)       # every step-0 check, in report order
 # fault -> checks (1-based) that must fail; "entropy_sign" is invisible at step 0, as in the chapter.
 MUST_FAIL = {"mask_shift": {1, 2}, "sign_flip": {8}, "stale_old_logp": {7}, "accum_local": {6},
              "sampler_temp": {2, 3}, "ref_is_policy": {9}, "entropy_sign": set(),
@@ -95,8 +90,10 @@ def test_all_nine_pass_on_the_healthy_second_trainer(seed):
     assert v[7] > 1e-5 and v[8] > 0.2 and v[9] > 1e-4
     # CISPO keeps a gradient outside the clip range by design; its loss takes no reference: n/a, said
     assert "cispo" in res[NAMES[9]].na and "takes no `ref`" in res[NAMES[10]].na
-    # an adapter that records no draws and takes no `observe`: checks 13 and 15 n/a, said
-    assert "no `drawn` counts" in res[NAMES[12]].na and "takes no `observe`" in res[NAMES[14]].na
+    # an adapter that records no draws and takes no `tap`: checks 13 and 15 n/a, said
+    assert "no `drawn` counts" in res[NAMES[12]].na and "takes no `tap`" in res[NAMES[14]].na
+    # it declares no Objective and no environment: checks 18-22 n/a, said
+    assert all(res[name].na for name in NAMES[17:22]), {n: res[n] for n in NAMES[17:22]}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -136,7 +133,7 @@ def test_cli_check_json_healthy_and_sign_bug():
     ok = runner.invoke(app, ["check", "--adapter", SPEC, "--json"])
     assert ok.exit_code == 0, ok.output
     table = json.loads(ok.stdout)
-    assert list(table) == NAMES and all(c["passed"] for c in table.values())
+    assert list(table) == [*NAMES, *RUN_CHECKS] and all(c["passed"] for c in table.values())
     bad = runner.invoke(app, ["check", "--adapter", SPEC, "--json", "--bug", "sign"])
     assert bad.exit_code == 1, bad.output
     table = json.loads(bad.stdout)
