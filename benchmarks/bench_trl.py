@@ -4,7 +4,8 @@ run-level checks take; K = 0 while the adapter offers no train_run). A step is w
 does per optimizer step (sample, score, forward/backward over the accumulation window, optimizer
 step), timed between the TrainerCallback events that bracket it. The checks are what the CLI runs by
 default: every step-0 check at the configured setting and at each declared variant (so including
-the variants' trainers being built and scoring the probe batch again), then the run-level checks.
+the variants' trainers being built and scoring the probe batch again), and beside them, in a forked
+child on the second core, the run-level checks; then the same parts one after another, for the split.
 
 Usage: python benchmarks/bench_trl.py [--loss-type grpo] [--num-iterations 1] [--repeats 5]
 """
@@ -32,8 +33,9 @@ def main() -> None:
     from transformers.utils import logging
     logging.set_verbosity_error()
 
+    from rlbisect._proc.forked import usable_cores
     from rlbisect.check.adapter import Offers
-    from rlbisect.check.invariants import sanity_checks
+    from rlbisect.check.invariants import check_seeds, sanity_checks
     from rlbisect.check.run_level import STEPS, VARIANT_STEPS, run_checks
     from rlbisect.frameworks.trl.adapter import demo
     from rlbisect.frameworks.trl.tiny import build_trainer
@@ -61,12 +63,16 @@ def main() -> None:
         steps += timer.times[1:]      # the first step pays one-time setup
         t0 = time.perf_counter()
         adapter = demo(seed=1 + r, **opts)          # building the adapter is part of what the CLI pays
+        with contextlib.redirect_stdout(io.StringIO()):    # as the CLI runs them: both at once on 2 cores
+            results = check_seeds(lambda seed: adapter, [1 + r], runs=True)
+        checks.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()                    # the parts one after another, for the breakdown
+        adapter = demo(seed=1 + r, **opts)
         t1 = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            results = sanity_checks(adapter)
+            sanity_checks(adapter)
             t2 = time.perf_counter()
-            results.update(run_checks(adapter))
-        checks.append(time.perf_counter() - t0)
+            run_checks(adapter)
         parts.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
         offers = Offers.of(adapter)
         variants = len(offers.variants) if offers.with_settings else 0
@@ -78,7 +84,8 @@ def main() -> None:
     print(f"TRL {trl.__version__}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"{opts}, 32 episodes per generation batch, {variants} variants, K = {K} run-level training steps")
     print(f"one TRL training step:   {step * 1e3:.0f} ms (median of {len(steps)})")
-    print(f"rlbisect check (default): {check * 1e3:.0f} ms (median of {len(checks)})")
+    print(f"rlbisect check (default): {check * 1e3:.0f} ms (median of {len(checks)}; the run-level checks "
+          f"beside the step-0 checks on a second core: {usable_cores()} usable)")
     build, step0, runs = (statistics.median(p[i] for p in parts) for i in range(3))
     print(f"  of which: building the adapter {build * 1e3:.0f} ms, step-0 checks (probe batch, {variants} "
           f"variant(s)) {step0 * 1e3:.0f} ms ({step0 / step:.1f}x), run-level checks {runs * 1e3:.0f} ms "

@@ -7,7 +7,10 @@ factor alone (the others at the demo's default), then a seeded random sample of 
 output says how many cells of how many. Each cell runs the step-0 checks (with the variants the
 adapter offers there); ``--runs`` adds the run-level checks (real `trainer.train()` steps).
 
-Usage: python benchmarks/bench_trl_settings.py [--sample 40] [--seed 0] [--runs]
+`--only FACTOR=V1,V2` keeps those levels of a factor (the grid then is that slice, e.g. the loss types
+that divide by a stored token count: `--only loss_type=dapo,cispo,vespo`).
+
+Usage: python benchmarks/bench_trl_settings.py [--sample 40] [--seed 0] [--runs] [--only FACTOR=V1,V2 ...]
 """
 
 from __future__ import annotations
@@ -54,7 +57,16 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=40, help="random cells of the product beyond one-at-a-time")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", action="store_true", help="also the run-level checks (slower)")
+    ap.add_argument("--only", action="append", default=[], metavar="FACTOR=V1,V2", help="keep these levels")
     args = ap.parse_args()
+    for only in args.only:
+        factor, _, levels = only.partition("=")
+        if factor not in FACTORS:
+            raise SystemExit(f"--only {only}: factors are {', '.join(FACTORS)}")
+        kept = [v for v in FACTORS[factor] if str(v) in levels.split(",")]
+        if not kept:
+            raise SystemExit(f"--only {only}: levels of {factor} are {', '.join(map(str, FACTORS[factor]))}")
+        FACTORS[factor] = kept
     warnings.simplefilter("ignore")
     from transformers.utils import logging
     logging.set_verbosity_error()

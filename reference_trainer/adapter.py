@@ -109,14 +109,16 @@ class ReferenceAdapter:
         return {**batch, "rewards": rewards}
 
     def _run_config(self, seed: int, settings: dict | None) -> RLConfig:
-        """A check-sized run at these settings: 16 tasks a step in groups of 2 (many tasks, so a
-        draw with repeats shows), one held-out episode per task."""
+        """A check-sized run at these settings: 8 of the 20 training tasks a step in groups of 2
+        (a draw with repeats shows in a step with probability 0.80, over the five steps drawn apart
+        all but surely), one held-out episode per task."""
         cfg = self.with_settings(**(settings or {})).cfg
-        sampler = cfg.sampler.model_copy(update={"tasks_per_step": 16, "group_size": 2})
+        sampler = cfg.sampler.model_copy(update={"tasks_per_step": 8, "group_size": 2})
         return cfg.model_copy(update={"seed": seed, "eval_episodes": 1, "sampler": sampler})
 
     def train_run(self, steps, seed, eval_every, tap=None, settings=None):
-        """A short run of the real training loop (for rlbisect's run-level checks), shown to `tap`."""
+        """A short run of the real training loop (for rlbisect's run-level checks), shown to `tap`;
+        an `eval_every` past the run's end evaluates nothing (the checks' run that never evaluates)."""
         from .train import run
         cfg = self._run_config(seed, settings)
         shown = None
@@ -125,7 +127,7 @@ class ReferenceAdapter:
                 if event == "sampled":
                     values["truth"] = self.truth(trajs, values["batch"], cfg)
                 tap(event, **values)
-        return run(cfg, steps, self.bug, eval_every, tap=shown)
+        return run(cfg, steps, self.bug, eval_every, tap=shown, evaluate=eval_every <= steps)
 
     def run_spec(self, steps, settings=None):
         return declared.run_spec(self._run_config(0, settings), steps)

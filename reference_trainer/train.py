@@ -141,8 +141,9 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
 
 
 def run(cfg: RLConfig, steps: int, bug: Optional[str] = None, eval_every: int = 8,
-        on_row: Optional[Callable[[dict], None]] = None, hook=None, tap=None) -> list[dict]:
-    """A full run from the cached starting policy on the standard task split -> metric rows."""
+        on_row: Optional[Callable[[dict], None]] = None, hook=None, tap=None, evaluate: bool = True) -> list[dict]:
+    """A full run from the cached starting policy on the standard task split -> metric rows
+    (without held-out evaluations unless ``evaluate``)."""
     from .base import make_base
     from .tasks import make_tasks
     from .tokenizer import build_tokenizer
@@ -150,7 +151,8 @@ def run(cfg: RLConfig, steps: int, bug: Optional[str] = None, eval_every: int = 
     torch.set_num_threads(cfg.threads)
     tok = build_tokenizer(make_tasks("all"))
     model = make_base(tok)
-    return train(model, make_tasks("train"), tok, cfg, steps, bug, make_tasks("heldout"), eval_every, on_row, hook, tap)
+    held_out = make_tasks("heldout") if evaluate else None
+    return train(model, make_tasks("train"), tok, cfg, steps, bug, held_out, eval_every, on_row, hook, tap)
 
 
 def short_run(steps: int, seed: int) -> list[dict]:

@@ -48,14 +48,18 @@ def compare(parent: dict, first_bad: dict) -> list[dict]:
     return rows
 
 
-def render(diagnosis: dict, limit: int = 12) -> str:
-    """The side-by-side table for the terminal and the markdown report, biggest movers first."""
+def render(diagnosis: dict, limit: int = 12, terms: tuple[str, str] = ("good", "bad")) -> str:
+    """The side-by-side table for the terminal and the markdown report, biggest movers first;
+    ``terms``: a fix search's (old, new) words for git's good and bad."""
+    word = {"good": terms[0], "bad": terms[1]}
+    new = terms[1]
     if not diagnosis or not diagnosis.get("rows"):
         return ""
     w = max(34, *(len(r["name"]) for r in diagnosis["rows"][:limit]))   # long check names stay aligned
-    lines = [f"diagnose: {diagnosis['parent'][:10]} (parent, {diagnosis['parent_verdict']}) -> "
-             f"{diagnosis['first_bad'][:10]} (first bad, {diagnosis['first_bad_verdict']})",
-             f"  {'value':<{w}} {'parent':>11} {'first bad':>11} {'change':>11}"]
+    verdicts = (word.get(str(diagnosis[k]), str(diagnosis[k])) for k in ("parent_verdict", "first_bad_verdict"))
+    lines = [f"diagnose: {diagnosis['parent'][:10]} (parent, {next(verdicts)}) -> "
+             f"{diagnosis['first_bad'][:10]} (first {new}, {next(verdicts)})",
+             f"  {'value':<{w}} {'parent':>11} {'first ' + new:>11} {'change':>11}"]
 
     def cell(x: float | None, fmt: str) -> str:
         return f"{'n/a':>11}" if x is None else format(x, fmt)

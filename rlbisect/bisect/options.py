@@ -73,8 +73,6 @@ class BisectOptions(BaseModel):
             for name in ("confidence", "max_runs"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"--{name.replace('_', '-')} needs --flaky")
-        elif self.jobs > 1 or self.executor != "local":
-            raise ValueError("--flaky runs one probe at a time: drop --jobs/--executor")
         elif self.diagnose:
             raise ValueError("--flaky cannot diagnose: one run of a noisy predicate would mislead")
         if self.executor == "local":

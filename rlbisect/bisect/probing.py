@@ -31,6 +31,8 @@ from rlbisect.git.sandbox import Sandbox
 #: A flaky predicate slips past N re-runs of both commits rarely (30% flaky: 6% at N=1, under 1%
 #: at N=3), and re-runs that cost seconds are cheap insurance; minutes are the user's to spend.
 VERIFY_DEFAULT = ((1.0, 3), (10.0, 1))
+#: what a round ran: (commit, probe, our overhead), in the order asked
+Runs = list[tuple[str, Probe, float]]
 
 
 class Prober:
@@ -85,9 +87,9 @@ class Prober:
         fresh = self.execute(picks)
         if self.first_run:
             self.first_run = False
-            fresh.update(self._check_exit_codes(fresh))
+            fresh = self._check_exit_codes(fresh)
         out = []
-        for c, (probe, overhead) in fresh.items():
+        for c, probe, overhead in fresh:
             if c in recalled and recalled[c].disagree:
                 probe.reason += (f"; probed again: its cached verdicts disagree "
                                  f"({' and '.join(recalled[c].disagree)}), the predicate may be flaky")
@@ -95,41 +97,43 @@ class Prober:
             out.append((c, probe))
         return out
 
-    def execute(self, commits: list[str], store: bool = True) -> dict[str, tuple[Probe, float]]:
-        """Run the predicate on ``commits`` at once -> {commit: (probe, our overhead)}."""
+    def execute(self, commits: list[str], store: bool = True) -> Runs:
+        """Run the predicate on ``commits`` at once, each in its own slot (a commit named twice,
+        as ``--flaky --jobs`` may, runs twice) -> [(commit, probe, our overhead)] in their order."""
         t0, out, futures = time.perf_counter(), {}, {}
         try:
             for slot, c in enumerate(commits):
                 co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,
                               local=partial(self.sandbox.checkout, c, f"probe{slot}"))
-                futures[self.executor.submit(c, co, self.predicate, self.options.timeout)] = c
+                futures[self.executor.submit(c, co, self.predicate, self.options.timeout)] = slot
             pending: set[Future] = set(futures)
             while pending:
                 done, pending = wait_futures(pending, timeout=0.1, return_when=FIRST_COMPLETED)
                 for f in done:
-                    c, probe = futures[f], f.result()
-                    out[c] = (probe, max(0.0, time.perf_counter() - t0 - probe.seconds))
+                    slot, probe = futures[f], f.result()
+                    out[slot] = (commits[slot], probe, max(0.0, time.perf_counter() - t0 - probe.seconds))
                     if store and not (self.first_run and probe.confirm_on_good):
-                        self.store(c, probe)
+                        self.store(commits[slot], probe)
                 self.trap.check()
         finally:
             if pending := {f for f in futures if not f.done()}:
                 self.executor.stop(pending)   # a signal or an error: end them before cleanup
-        return {c: out[c] for c in commits}
+        return [out[slot] for slot in range(len(commits))]
 
-    def _check_exit_codes(self, fresh: dict) -> dict[str, tuple[Probe, float]]:
+    def _check_exit_codes(self, fresh: Runs) -> Runs:
         """git's check at its first run: a 126/127 that GOOD gives too means the command cannot
-        run at all, so those bad verdicts become an abort. GOOD's run is kept as evidence."""
-        suspects = [c for c, (p, _) in fresh.items() if p.confirm_on_good and p.verdict is Verdict.BAD]
-        extra: dict[str, tuple[Probe, float]] = {}
-        if suspects and self.result.good not in fresh:
+        run at all, so those bad verdicts become an abort. GOOD's run is kept as evidence
+        (returned with the others)."""
+        suspect = [p.confirm_on_good and p.verdict is Verdict.BAD for _, p, _ in fresh]
+        extra = []
+        if any(suspect) and all(c != self.result.good for c, _, _ in fresh):
             extra = self.execute([self.result.good], store=False)
-            for c in suspects:
-                fresh[c] = (judged_on_good(fresh[c][0], extra[self.result.good][0]), fresh[c][1])
-        for c, (p, _) in {**fresh, **extra}.items():
+            fresh = [(c, judged_on_good(p, extra[0][1]) if s else p, o) for (c, p, o), s in zip(fresh, suspect)]
+        runs = fresh + extra
+        for c, p, _ in runs:
             if p.confirm_on_good:
                 self.store(c, p)
-        return extra
+        return runs
 
     # -- once an answer stands ----------------------------------------------------------------
 
@@ -144,7 +148,7 @@ class Prober:
         for i in range(times):
             self.trap.check()
             self.progress.status(f"verify {i + 1}/{times}: {culprit[:10]} and its parent {parent[:10]} again")
-            for c, (probe, overhead) in self.execute([culprit, parent]).items():
+            for c, probe, overhead in self.execute([culprit, parent]):
                 self.record(c, probe, False, overhead, role="verify")
                 want = Verdict.BAD if c == culprit else Verdict.GOOD
                 if probe.verdict is not want:
@@ -167,7 +171,7 @@ class Prober:
             if probe is None:
                 self.trap.check()
                 self.progress.status(f"diagnose: probing {sha[:10]} {self.result.commits[sha].subject}")
-                probe = self.execute([sha])[sha][0]
+                probe = self.execute([sha])[0][1]
             return probe.values, probe.verdict
         (pv, pverdict), (bv, bverdict) = measured(parent), measured(first_bad)
         return {"parent": parent, "parent_verdict": pverdict, "first_bad": first_bad,

@@ -178,7 +178,7 @@ class BisectResult:
                    for side, r in rates.items()}))
         lines += self._endpoint_lines()
         if self.diagnosis.get("rows"):
-            lines.append(render_diagnosis(self.diagnosis))
+            lines.append(render_diagnosis(self.diagnosis, terms=self.terms or ("good", "bad")))
         if self.diagnosis.get("error"):
             lines.append(f"diagnose could not run: {self.diagnosis['error']}")
         cached = [p for p in self.probes if p.cached]
@@ -187,6 +187,7 @@ class BisectResult:
         if "n_runs" in self.extra:   # --flaky: runs, and those recorded by earlier bisects
             lines.append(f"{self.extra['n_runs']} predicate runs"
                          + (f" (+{len(cached)} recorded{recorded})" if cached else "")
+                         + (f" in {self.rounds} rounds" if 0 < self.rounds < self.extra["n_runs"] else "")
                          + f" in {self.total_seconds:.1f}s")
         else:
             rounds = f" in {self.rounds} rounds" if self.strategy == "k-ary" else ""
@@ -237,7 +238,7 @@ class BisectResult:
                 out += [f"### [{p.order}] `{p.commit[:10]}` {p.verdict}", "", "```", p.output, "```", ""]
         if self.diagnosis.get("rows"):
             out += ["", "## Diagnose: first bad commit vs its parent", "", "```",
-                    render_diagnosis(self.diagnosis), "```"]
+                    render_diagnosis(self.diagnosis, terms=self.terms or ("good", "bad")), "```"]
         out += ["", "## git bisect log", "", "Replay with `git bisect replay FILE`.", "", "```",
                 self.bisect_log.rstrip(), "```", ""]
         return "\n".join(out)

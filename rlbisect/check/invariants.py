@@ -145,13 +145,26 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
 
 def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
                 thresholds: Optional[Thresholds] = None, runs: bool = False,
-                only: Optional[Collection[str]] = None) -> dict[str, CheckResult]:
+                only: Optional[Collection[str]] = None, beside: bool = True) -> dict[str, CheckResult]:
     """The checks (those in ``only``) on one probe batch per seed, merged (:func:`over_seeds`);
-    with ``runs`` then the run-level checks (:mod:`rlbisect.check.run_level`, once: they train)."""
+    with ``runs`` also the run-level checks (:mod:`rlbisect.check.run_level`, once: they train),
+    ``beside`` the step-0 checks in a forked child when a second core is free. Neither reads what
+    the other did to the adapter: the numbers are the same either way."""
+    from rlbisect._proc.forked import started
     from rlbisect.check.run_level import run_checks
     adapters = {seed: make_adapter(seed) for seed in seeds}
-    out = over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
-    return {**out, **run_checks(adapters[seeds[0]], thresholds=thresholds)} if runs else out
+    if not runs:
+        return over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
+
+    def run_level() -> dict[str, CheckResult]:
+        return run_checks(adapters[seeds[0]], thresholds=thresholds)
+    later = started(run_level, beside)
+    try:
+        out = over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
+    except BaseException:
+        later.cancel()
+        raise
+    return {**out, **later()}
 
 
 def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], seeds: list[int],
@@ -172,7 +185,7 @@ def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], s
     def row(fault: Optional[str]) -> dict[str, CheckResult]:
         def make(seed: int):
             return healthy if fault is None and seed == seeds[0] else make_adapter(fault, seed)
-        return check_seeds(make, seeds, thresholds, runs, only)
+        return check_seeds(make, seeds, thresholds, runs, only, beside=jobs == 1)   # rows fill the cores
     out = {}
     for fault, results in zip([None, *faults], forked_map(row, [None, *faults], jobs)):
         out[fault or "none"] = results

@@ -73,7 +73,7 @@ def _import_target(spec: str):
             try:
                 return ADAPTERS.get(spec)
             except Exception as e:   # rlbisect's own entry: the framework it needs does not import here
-                raise AdapterUnfit(f"adapter {spec!r}: {type(e).__name__}: {e}".splitlines()[0]) from None
+                raise AdapterUnfit(f"adapter {spec!r}: {type(e).__name__}: {e}"[:600]) from None
         raise AdapterError(f"adapter spec {spec!r} must be MODULE:FACTORY, FILE.py:FACTORY or one of "
                            f"{', '.join(ADAPTERS)}")
     where, name = spec.rsplit(":", 1)
@@ -90,7 +90,7 @@ def _import_target(spec: str):
     except Exception as e:   # the user's module failed to import: say which and why, in one line
         own = isinstance(e, ModuleNotFoundError) and e.name and f"{where}.".startswith(f"{e.name}.")
         kind = AdapterNotFound if own else AdapterUnfit      # not there at all, or there and broken
-        raise kind(f"cannot import {where}: {type(e).__name__}: {e}".splitlines()[0]) from None
+        raise kind(f"cannot import {where}: {type(e).__name__}: {e}"[:600]) from None
     factory = getattr(module, name, None)
     if not callable(factory):
         raise AdapterNotFound(f"{where} has no callable {name!r}")
@@ -123,7 +123,7 @@ def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) 
     except CannotRun:
         raise
     except Exception as e:
-        raise AdapterUnfit(f"{spec} failed: {type(e).__name__}: {e}".splitlines()[0]) from None
+        raise AdapterUnfit(f"{spec} failed: {type(e).__name__}: {e}"[:600]) from None
     missing = [m for m in (REQUIRED if require is None else require) if not callable(getattr(adapter, m, None))]
     if missing:
         raise AdapterUnfit(f"{spec} returned an adapter without {', '.join(missing)}")
@@ -135,6 +135,7 @@ DEFAULT_ADAPTER = "reference_trainer.adapter:make_adapter"
 ADAPTERS: Registry[Callable[..., Any]] = Registry("adapter")
 ADAPTERS.register("tinyagent", DEFAULT_ADAPTER)
 ADAPTERS.register("trl-demo", "rlbisect.frameworks.trl:demo")
+ADAPTERS.register("verl-demo", "rlbisect.frameworks.verl:demo")
 
 
 def parse_adapter_opts(pairs: list[str] | None) -> dict[str, Any]:

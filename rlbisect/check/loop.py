@@ -81,10 +81,12 @@ def _consumed(recs, specs, t, offers) -> Found:
     mask = _losses_seen(recs, "mask_wrong", "")
     if isinstance(mask, NotApplicable):
         return mask
+    # a token-summed loss's divisor, where the trainer shows it: miscounted tokens join the mask's
+    wrong = mask[0] + max([v for v in _over_losses(recs, "norm_wrong") if v == v], default=0.0)
     if offers.spec is None:     # the advantages need a declared estimator: the mask alone
-        return mask[0], mask[0] == 0
+        return wrong, wrong == 0
     adv = _worst(_over_losses(recs, "adv_err"))
-    return _worst([mask[0], adv]), mask[0] == 0 and adv < t.group_mean
+    return _worst([wrong, adv]), wrong == 0 and adv < t.group_mean
 
 
 @_check("reference log-probs = the starting policy's")

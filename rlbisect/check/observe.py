@@ -46,6 +46,7 @@ class LossSeen:
     old_err: float = NAN     # max |consumed old log-prob - the sampler's| on trained positions
     adv_err: float = NAN     # max |consumed advantage - the declared estimator of the rewards|
     ref_err: float = NAN     # max |consumed reference log-prob - the initial policy's| on trained positions
+    norm_wrong: float = NAN  # |token count a token-summed loss divides by - the step's trained tokens|
     judged: bool = False     # the loss value was shown and compared with the declared objective
 
 
@@ -127,7 +128,7 @@ class Recorder:
 
     # -- the loss ------------------------------------------------------------------------------
     def _loss(self, rows, mask, old_logp, advantages, loss=None, ref_logp=None, logits=None, targets=None,
-              logp=None) -> None:
+              logp=None, normalizer=None) -> None:
         seen = LossSeen(self.steps[-1].step if self.steps else -1)
         if self.spec is not None and loss is not None:
             seen.judged = True
@@ -138,6 +139,8 @@ class Recorder:
             owned = truth.owned[rows]
             on = (owned > 0) & (mask > 0)
             seen.mask_wrong = float((mask.float() != owned.float()).sum())
+            if normalizer is not None:      # stated for the whole sampled batch: its trained tokens
+                seen.norm_wrong = abs(float(normalizer) - float((truth.owned > 0).sum()))
             at_sampling = truth.sample_logp if self.sampler_logp else self._at_sampling
             assert at_sampling is not None, "the sampled event comes before the step's loss"
             sampled = at_sampling[rows]

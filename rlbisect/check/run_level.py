@@ -11,7 +11,8 @@ with the sampler's record and the adapter's declarations (``run_spec``, ``object
     sampler = trainer log-prob, every step      the trainer's log-probs at sampling time = the sampler's
     old log-probs = the sampler's, every minibatch   what each loss uses as its ratio's denominator
     mask and advantages = the step's batch      what each loss consumes: the sampler's policy tokens,
-                                                the declared estimator of each episode's reward
+                                                the declared estimator of each episode's reward, and
+                                                (where shown) the token count it divides by
     reference log-probs = the starting policy's  the KL term's reference is the policy at step 0
     loss = the declared objective, every minibatch   in value and gradient, at the real ratios
     each step draws distinct training tasks     one task per group, no task twice, none held out

@@ -1,15 +1,19 @@
 """rlbisect._proc.forked: items in forked children come back in order, each sees the caller's state and
-none of another item's; the check matrix is the same table with rows in parallel as in sequence."""
+none of another item's; the check matrix is the same table with rows in parallel as in sequence;
+one piece started beside the caller gives back its value or what it raised, and the checks with
+their run-level part beside the step-0 part give the same results as one after the other."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from rlbisect.check import check_matrix
-from rlbisect.check.invariants import as_json
-from rlbisect._proc.forked import forked_map
+from rlbisect.check.invariants import as_json, check_seeds
+from rlbisect._proc import forked
+from rlbisect._proc.forked import forked_map, started
 from reference_trainer.adapter import make_adapter
 
 SEEN: list = []
@@ -42,3 +46,39 @@ def test_matrix_rows_in_parallel_give_the_sequential_table():
     assert list(parallel) == ["none", "mask_shift", "sign_flip"]
     assert parallel == sequential
     assert not parallel["mask_shift"]["mask = policy tokens"]["passed"]
+
+
+def test_a_piece_started_beside_gives_its_value_or_raises_what_it_raised(monkeypatch):
+    monkeypatch.setattr(forked, "usable_cores", lambda: 2)
+    SEEN.clear()
+    value = started(lambda: (_remember(3), os.getpid()))
+    SEEN.append("here")                    # the caller goes on; the child saw the state at the start
+    (square, seen, child), pid = value()
+    assert square == 9 and seen == [3] and child == pid != os.getpid() and SEEN == ["here"]
+
+    def fails():
+        raise ValueError("from the child")
+    with pytest.raises(ValueError, match="from the child"):
+        started(fails)()
+
+
+def test_on_one_core_the_piece_runs_when_asked(monkeypatch):
+    monkeypatch.setattr(forked, "usable_cores", lambda: 1)
+    assert started(os.getpid)() == os.getpid()
+
+
+def test_run_level_checks_beside_the_step_0_checks_give_the_same_results(monkeypatch):
+    monkeypatch.setattr(forked, "usable_cores", lambda: 2)
+    beside = check_seeds(lambda seed: make_adapter(seed=seed), [1], runs=True)
+    alone = check_seeds(lambda seed: make_adapter(seed=seed), [1], runs=True, beside=False)
+    assert as_json(beside) == as_json(alone) and len(beside) > 30
+
+
+def test_a_piece_the_caller_gives_up_on_leaves_no_child(monkeypatch):
+    import time
+    monkeypatch.setattr(forked, "usable_cores", lambda: 2)
+    piece = started(lambda: time.sleep(60))
+    pid = piece.pid
+    piece.cancel()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)                       # reaped: nothing left behind

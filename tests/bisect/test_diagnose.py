@@ -33,3 +33,11 @@ def test_a_check_that_becomes_n_a_at_the_culprit_is_a_full_move_not_a_crash():
     text = render({"parent": "a" * 40, "parent_verdict": "good", "first_bad": "b" * 40,
                    "first_bad_verdict": "bad", "rows": rows})
     assert "n/a" in text and "+3" in text
+
+
+def test_a_fix_search_is_told_in_its_own_words():
+    diagnosis = {"parent": "p" * 40, "first_bad": "f" * 40, "parent_verdict": "good", "first_bad_verdict": "bad",
+                 "rows": compare({"loss": 1.0}, {"loss": 0.5})}
+    fix = render(diagnosis, terms=("broken", "fixed"))
+    assert "(parent, broken)" in fix and "(first fixed, fixed)" in fix and "first bad" not in fix
+    assert "(parent, good)" in render(diagnosis) and "(first bad, bad)" in render(diagnosis)

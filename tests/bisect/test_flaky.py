@@ -203,7 +203,7 @@ def test_only_skipped_commits_left_exits_3_like_git(tiny_repo, run_cli, state_cm
     (["--confidence", "1"], "--confidence: Input should be less than 1"),
     (["--max-runs", "0"], "--max-runs: Input should be greater than or equal to 1"),
     (["--timeout", "0"], "--timeout: Input should be greater than 0"),
-    (["--jobs", "2"], "--flaky runs one probe at a time"),
+    (["--jobs", "2", "--verify", "2"], "--verify is for a deterministic predicate"),
 ])
 def test_bad_flaky_input_exits_2_and_changes_nothing(tiny_repo, run_cli, state_cmd, args,
                                                     needle):
@@ -213,6 +213,18 @@ def test_bad_flaky_input_exits_2_and_changes_nothing(tiny_repo, run_cli, state_c
                                *state_cmd])
     assert code == 2 and data is None and needle in out and len(out.strip().splitlines()) == 1
     assert r.snapshot() == before
+
+
+def test_jobs_run_rounds_of_several_runs_and_name_what_one_at_a_time_names(tiny_repo, run_cli, state_cmd):
+    r = tiny_repo(["good"] * 21 + ["bad"] * 11)
+    before = r.snapshot()
+    _, _, alone = run_cli(["main~31..main", "--repo", str(r.path), "--flaky", "--no-cache", "--", *state_cmd])
+    code, out, data = run_cli(["main~31..main", "--repo", str(r.path), "--flaky", "--jobs", "3", "--no-cache",
+                               "--", *state_cmd])
+    assert code == 0 and data["first_bad"] == alone["first_bad"] == r.shas[21], out
+    rounds = [p["round"] for p in data["probes"]]
+    assert data["n_runs"] == len(rounds) and max(rounds) < len(rounds)    # several runs a round
+    assert max(rounds) <= alone["n_runs"] * 0.6 and r.snapshot() == before
 
 
 def test_an_aborting_predicate_exits_4(tiny_repo, run_cli, state_cmd):

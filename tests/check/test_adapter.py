@@ -89,3 +89,13 @@ def test_the_readmes_adapter_command_works_from_the_top_folder(monkeypatch):
     monkeypatch.chdir(root)
     r = CliRunner().invoke(app, ["check", "--adapter", command[1], "--episodes", "16"])
     assert r.exit_code == 0 and "all checks passed" in r.output, r.output
+
+
+def test_an_import_error_keeps_its_cause_on_one_line(tmp_path):
+    # TRL's lazy import says "Failed to import X because of the following error" and the cause next
+    f = tmp_path / "lazy.py"
+    f.write_text("raise RuntimeError('Failed to import trl.trainer because of the following error:\\n"
+                 "No module named weave')\n")
+    with pytest.raises(AdapterError, match="No module named weave") as e:
+        load_adapter(f"{f}:make")
+    assert "\n" not in str(e.value)

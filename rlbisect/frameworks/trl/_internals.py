@@ -11,6 +11,7 @@ from __future__ import annotations
 import types
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, cast
 
 import torch
@@ -27,6 +28,18 @@ def missing(trainer) -> list[str]:
         [name for name in ("reward_weights", "num_generations", "loss_type") if not hasattr(trainer, name)]
 
 
+def imported_version(trl) -> str:
+    """The imported TRL's version. A source checkout (a `VERSION` file beside `pyproject.toml` above
+    the package, TRL since Aug 2025) says it there: its `__version__` reads the *installed*
+    distribution's metadata, which is another TRL when a checkout goes first on PYTHONPATH."""
+    root = Path(trl.__file__).resolve().parents[1]
+    if (root / "VERSION").is_file() and (root / "pyproject.toml").is_file():
+        text = (root / "VERSION").read_text(encoding="utf-8", errors="replace").strip()
+        if text and len(text) < 40 and "\n" not in text:
+            return text
+    return str(getattr(trl, "__version__", "unknown"))
+
+
 def require_trl(trainer=None) -> str:
     """The version of the TRL actually imported (`trl.__version__` of the module, which may be a
     checkout on PYTHONPATH; never installed metadata). A release newer than the one `_internals.py`
@@ -37,7 +50,7 @@ def require_trl(trainer=None) -> str:
     except ImportError:
         raise ImportError("rlbisect.frameworks.trl.adapter needs TRL: pip install 'rlbisect[trl]'") from None
     from packaging.version import InvalidVersion, Version
-    version = str(getattr(trl, "__version__", "unknown"))
+    version = imported_version(trl)
     try:
         newer = Version(version).release[:2] > Version(READ).release[:2]
     except InvalidVersion:
@@ -145,7 +158,8 @@ ROW = "_rlbisect_row"
 
 
 @contextmanager
-def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss, inputs: loss) -> Iterator[None]:
+def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss, inputs: loss,
+              normalizer: Callable = lambda inputs: None) -> Iterator[None]:
     """`_compute_loss` and `_get_per_token_logps_and_entropies` observed, to read the ratio the loss
     formed (TRL logs only clip fractions): `seen` gets (logps, old or None, mask) per call, and
     `tap("loss", rows=, mask=, old_logp=, advantages=, ref_logp=, logp=, loss=)` (if given,
@@ -153,7 +167,8 @@ def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss,
     was handed: its mask (`completion_mask * tool_mask`), the old log-probs it uses
     (`inputs["old_per_token_logps"]`, or when absent its fallback `per_token_logps.detach()`),
     `inputs["advantages"]`, `inputs["ref_per_token_logps"]` as TRL stored them (when its KL term is
-    on), its log-probs `per_token_logps` (still on the graph) and `shown_loss(its loss, inputs)`.
+    on), its log-probs `per_token_logps` (still on the graph), `shown_loss(its loss, inputs)` and
+    `normalizer(inputs)`: the token count its loss divides by, stated for the generation batch.
     Read at `_compute_loss`, i.e. after `compute_loss` and anything a subclass does there; the model
     is scored as the trainer's policy (:func:`as_policy`)."""
     compute, logps_fn = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
@@ -173,7 +188,8 @@ def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss,
             if tap is not None and rows is not None:
                 tap("loss", rows=rows, mask=loss_mask(inputs), old_logp=logp.detach() if old is None else old,
                     advantages=inputs["advantages"], logp=logp, loss=shown_loss(loss, inputs),
-                    ref_logp=inputs.get("ref_per_token_logps") if trainer.beta != 0.0 else None)
+                    ref_logp=inputs.get("ref_per_token_logps") if trainer.beta != 0.0 else None,
+                    normalizer=normalizer(inputs))
         return loss
 
     def observed_logps(*args, **kwargs):

@@ -51,6 +51,18 @@ def _shown_loss(trainer):
     return shown
 
 
+def _normalizer(trainer):
+    """The token count a token-summed loss (not GA_DIVIDED: dapo, cispo, vespo) divides by, as TRL
+    stored it with the generation batch (`num_items_in_batch`, per process): the tap compares it
+    with the tokens the sampler's record says are trained on (huggingface/trl#6369 counted the
+    completions `mask_truncated_completions` drops). None for the loss types that do not use it."""
+    def stated(inputs):
+        if trainer.loss_type in GA_DIVIDED or "num_items_in_batch" not in inputs:
+            return None
+        return float(inputs["num_items_in_batch"]) / trainer.accelerator.num_processes
+    return stated
+
+
 @contextlib.contextmanager
 def _sampled_shown(adapter, tap):
     """`tap("sampled", ...)` for every generation batch the loop scores, and a row index riding
@@ -80,7 +92,7 @@ def train_run(adapter, steps: int, seed: int, eval_every: int, tap=None, setting
     with contextlib.ExitStack() as stack:
         if tap is not None:
             stack.enter_context(_sampled_shown(run, tap))
-            stack.enter_context(trl_.observing(tr, [], tap, _shown_loss(tr)))
+            stack.enter_context(trl_.observing(tr, [], tap, _shown_loss(tr), _normalizer(tr)))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))     # HF's progress prints
         # HF's train() starts with accelerator.free_memory(), whose gc.collect() costs ~0.6 s in a
         # process holding torch, more than a few tiny steps: it frees memory and moves no number

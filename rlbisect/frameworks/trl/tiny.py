@@ -39,6 +39,8 @@ FAULTS = {
     "reward_misaligned": "reward functions see the dataset columns one group off their completions (16)",
     "ref_logp_untempered": "the reference model's LM head built without the temperature: TRL stores reference "
                            "log-probs at temperature 1 (20, at the temperature-0.7 variant)",
+    "items_count_truncated": "the token count a token-summed loss divides by includes the completions "
+                             "mask_truncated_completions drops (run-level: mask and advantages, at dapo)",
 }
 
 
@@ -148,7 +150,7 @@ def inject(trainer, bug: str | None) -> None:
         return
     if bug not in FAULTS:
         raise ValueError(f"unknown bug {bug!r} (faults: {', '.join(FAULTS)})")
-    if bug in ("mask_shift", "adv_sign", "old_logp_absent", "eos_unmasked"):
+    if bug in ("mask_shift", "adv_sign", "old_logp_absent", "eos_unmasked", "items_count_truncated"):
         score = trainer._generate_and_score_completions
 
         def faulty_score(inputs):
@@ -162,6 +164,16 @@ def inject(trainer, bug: str | None) -> None:
                 from rlbisect.frameworks.trl._internals import eos_ids
                 eos = torch.tensor(eos_ids(trainer))
                 out["completion_mask"] = out["completion_mask"] * ~torch.isin(out["completion_ids"], eos)
+            elif bug == "items_count_truncated":
+                # counted from the mask before the truncated completions are dropped
+                # (huggingface/trl#6369, fixed by #6439): the loss is diluted by tokens it never trains on
+                from rlbisect.frameworks.trl._internals import eos_ids
+                ids = out["completion_ids"]
+                is_eos = torch.isin(ids, torch.tensor(eos_ids(trainer)))
+                last = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], ids.shape[1] - 1, dtype=torch.long))
+                counted = (torch.arange(ids.shape[1])[None] <= last[:, None]).sum()
+                out["num_items_in_batch"] = counted.to(out["num_items_in_batch"].dtype) \
+                    if isinstance(out["num_items_in_batch"], torch.Tensor) else int(counted)
             elif bug == "adv_sign":
                 out["advantages"] = -out["advantages"]
             else:

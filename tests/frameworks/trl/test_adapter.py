@@ -141,6 +141,22 @@ def test_trl_is_detected_by_feature_not_refused_by_version(monkeypatch):
         require_trl(lacking)
 
 
+def test_a_source_checkout_says_its_own_version_not_the_installed_ones(tmp_path):
+    """TRL's `__version__` reads the installed distribution's metadata: with a checkout first on
+    PYTHONPATH it names the wheel's version. The checkout's VERSION file is what it is."""
+    import types
+
+    from rlbisect.frameworks.trl._internals import imported_version
+    (tmp_path / "trl").mkdir()
+    (tmp_path / "trl" / "__init__.py").write_text("")
+    module = types.SimpleNamespace(__file__=str(tmp_path / "trl" / "__init__.py"), __version__="1.16.0")
+    assert imported_version(module) == "1.16.0"           # no checkout: the module's own
+    (tmp_path / "VERSION").write_text("1.0.0\n")
+    assert imported_version(module) == "1.16.0"           # a VERSION file alone is not a checkout
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'trl'\n")
+    assert imported_version(module) == "1.0.0"
+
+
 @pytest.mark.slow
 def test_cli_json_stays_json_when_the_trainer_prints(tmp_path):
     """The trainer's own prints (Python and file descriptor 1) go to stderr under --json."""
@@ -185,7 +201,8 @@ def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
     table = json.loads(done.stdout)
     assert list(table) == ["none", "mask_shift", "adv_sign", "old_logp_absent", "old_logp_detached",
                            "ref_is_policy", "accum_unscaled", "sampler_temp", "eos_unmasked", "adv_renorm",
-                           "reward_weight_ignored", "reward_misaligned", "ref_logp_untempered"]
+                           "reward_weight_ignored", "reward_misaligned", "ref_logp_untempered",
+                           "items_count_truncated"]
     assert log.read_text() == "imported\n"
     assert not table["adv_sign"]["update raises log pi where A > 0"]["passed"]
 

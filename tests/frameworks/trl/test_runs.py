@@ -45,6 +45,16 @@ def test_a_fault_fails_its_run_level_check(healthy, bug, check):
     assert healthy[check].passed and not healthy[check].na
 
 
+def test_a_token_count_that_includes_dropped_completions_fails_at_a_token_summed_loss():
+    # huggingface/trl#6369: dapo divided by a count that kept the truncated completions it masks
+    opts = {"loss_type": "dapo", "mask_truncated_completions": True}
+    name = "mask and advantages = the step's batch"
+    healthy, faulty = _runs(**opts), _runs(bug="items_count_truncated", **opts)
+    assert healthy[name].passed and not healthy[name].na
+    assert not faulty[name].passed and faulty[name].value >= 1       # whole tokens miscounted
+    assert [r.name for r in faulty.values() if not r.passed] == [name]
+
+
 def test_the_run_spec_is_read_from_the_training_arguments():
     from rlbisect.frameworks.trl.adapter import demo
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
