@@ -63,6 +63,16 @@ _TABLE = [
 ]
 
 METRICS: dict[str, Metric] = {name: Metric(name, group, doc) for name, group, doc in _TABLE}
+
+#: Other trainers' logged names for the same quantities, read as ours without a `--metric-map`
+#: (their own names stay readable too). Only where the quantity is the same: verl's
+#: `actor/ppo_kl` is the mean of -log ratio, not `approx_kl`, and `critic/rewards/mean` may
+#: include an in-reward KL penalty, so neither is mapped.
+FOREIGN: dict[str, dict[str, str]] = {
+    "verl": {"critic/score/mean": "reward", "response_length/mean": "length", "actor/pg_clipfrac": "clip_frac",
+             "actor/entropy": "entropy", "actor/grad_norm": "grad_norm", "actor/kl_loss": "kl_ref", "actor/loss": "loss",
+             "training/rollout_probs_diff_mean": "prob_gap"},
+}
 GROUPS = ("outcome", "behavior", "optimizer", "consistency")
 
 # What a dashboard shows by default under the reward panel, per group.

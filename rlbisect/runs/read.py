@@ -3,7 +3,8 @@
 A run is a list of rows, one per logged step, each a dict of numbers. They are read from
 
 * JSON lines (``.jsonl``/``.json``/``.log``): one object per line; nested objects are flattened
-  with ``/`` (``{"train": {"reward": 1}}`` -> ``train/reward``);
+  with ``/`` (``{"train": {"reward": 1}}`` -> ``train/reward``); verl's file logger's
+  ``{"step": N, "data": {...}}`` is read as the step's values;
 * CSV (``.csv``/``.tsv``): a header line, then one row per step; empty cells are "not logged";
 * TensorBoard event files (a ``events.out.tfevents.*`` file, or a folder of them): scalars grouped
   by step, read with TensorBoard's own loader (``pip install 'rlbisect[tensorboard]'``).
@@ -14,7 +15,9 @@ they are, and ``null`` (how orjson writes NaN), a string, a boolean or a list be
 step 5 on". Numbers beyond :data:`LIMIT` in size are infinite for the judge. Limits keep a hostile
 or broken file from costing memory or a traceback: a line longer than :data:`MAX_LINE` bytes or an
 object nested deeper than :data:`MAX_DEPTH` is a one-line :class:`RunLogError` (exit 2), and files
-are read line by line. A metric map renames a trainer's keys to ours (``train/reward=reward``).
+are read line by line. Names other trainers log for our metrics (:data:`rlbisect.metrics.FOREIGN`:
+verl's ``critic/score/mean`` is ``reward``) are read as ours too; a metric map renames a trainer's
+keys to ours (``train/reward=reward``).
 
 Scoring and judging the rows is :mod:`rlbisect.runs.judge`'s.
 """
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rlbisect.errors import InputError, printable
+from rlbisect.metrics import FOREIGN
 
 #: Longest line read from a metrics file (bytes); a longer one is an error, not a memory bill.
 MAX_LINE = 1 << 20
@@ -157,6 +161,8 @@ def read_rows(path: str | Path) -> list[dict[str, float]]:
             raise RunLogError(f"{path}:{i}: not a JSON object per line (JSON lines or .csv expected)") from None
         if not isinstance(obj, dict):
             raise RunLogError(f"{path}:{i}: a JSON {type(obj).__name__}, not an object")
+        if obj.keys() == {"step", "data"} and isinstance(obj["data"], dict):   # verl's file logger
+            obj = {"step": obj["step"], **obj["data"]}
         try:
             rows.append(flatten(obj))
         except RunLogError as e:
@@ -186,8 +192,14 @@ def parse_metric_map(specs: Iterable[str]) -> dict[str, str]:
 
 
 def rename(rows: list[dict[str, float]], mapping: dict[str, str]) -> list[dict[str, float]]:
-    """Rows with the trainer's keys renamed to ours (a key mapped onto an existing one wins)."""
+    """Rows with the trainer's keys renamed to ours (a key mapped onto an existing one wins), and
+    other trainers' names for our metrics (:data:`FOREIGN`) also under ours where a row lacks them."""
+    rows = [{**r, **{ours: r[theirs] for theirs, ours in _KNOWN.items() if theirs in r and ours not in r}}
+            for r in rows]
     if not mapping:
         return rows
     return [{**{k: v for k, v in r.items() if k not in mapping},
              **{mapping[k]: v for k, v in r.items() if k in mapping}} for r in rows]
+
+
+_KNOWN = {theirs: ours for names in FOREIGN.values() for theirs, ours in names.items()}

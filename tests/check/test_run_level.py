@@ -10,7 +10,8 @@ from rlbisect.check.run_level import RUN_CHECKS, run_checks
 CAUGHT = {
     "short runs complete": ["adv_no_eps"],
     "sampler = trainer log-prob, every step": ["sampler_stale", "sampler_top_k"],
-    "rewards = the configured reward rule, every step": ["env_cfg_ignored", "unsubmitted_rewarded"],
+    # unsubmitted_rewarded: check 22 at step 0; the 8-task runs rarely run an episode out of turns
+    "rewards = the configured reward rule, every step": ["env_cfg_ignored"],
     "old log-probs = the sampler's, every minibatch": ["stale_old_logp", "sampler_stale"],
     "mask and advantages = the step's batch": ["mask_shift", "adv_renorm_in_update", "rewards_misaligned"],
     "reference log-probs = the starting policy's": ["ref_synced", "ref_is_policy", "ref_untempered"],

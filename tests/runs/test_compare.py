@@ -150,3 +150,18 @@ def test_the_plot_gives_each_metric_its_own_axis(tmp_path):
     finally:
         plots.plt.subplots = saved
     assert r.exit_code == 1 and png.read_bytes()[:4] == b"\x89PNG" and seen == [False]
+
+
+def test_verl_runs_are_compared_on_our_reward_without_a_map(tmp_path):
+    def verl_runs(name, n, seed0, score):
+        paths = []
+        for i in range(n):
+            rng = random.Random(seed0 + i)
+            p = tmp_path / f"{name}{i}.jsonl"
+            p.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": score + rng.gauss(0, 0.02)}})
+                                 + "\n" for s in range(6)))
+            paths.append(str(p))
+        return paths
+    good, worse = verl_runs("g", 3, 0, 0.6), verl_runs("w", 3, 50, 0.3)
+    assert compare(good, worse, metric="reward", direction="lower").exit_code == 1
+    assert compare(good, verl_runs("s", 3, 90, 0.6), metric="reward", direction="lower").decision.verdict != "bad"

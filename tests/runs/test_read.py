@@ -117,3 +117,17 @@ def test_tensorboard_scalars_become_rows_by_step(tmp_path):
     bad = tmp_path / "events.out.tfevents.1.bad"
     bad.write_bytes(b"\x00" * 40)
     assert read_rows(bad) == []   # TensorBoard's loader skips what it cannot read: no rows, no guess
+
+
+def test_verls_file_logger_is_read_with_our_names_beside_its_own(tmp_path):
+    f = tmp_path / "verl.jsonl"      # verl.utils.tracking.FileLogger: {"step": N, "data": {...}}
+    f.write_text('{"step": 1, "data": {"critic/score/mean": 0.25, "actor/pg_clipfrac": 0.1, "actor/ppo_kl": 0.02}}\n'
+                 '{"step": 2, "data": {"critic/score/mean": 0.5, "response_length/mean": 41.0}}\n')
+    rows = rename(read_rows(f), {})
+    assert rows[0] == {"step": 1.0, "critic/score/mean": 0.25, "reward": 0.25, "actor/pg_clipfrac": 0.1,
+                       "clip_frac": 0.1, "actor/ppo_kl": 0.02}          # ppo_kl is not our approx_kl
+    assert rows[1]["reward"] == 0.5 and rows[1]["length"] == 41.0
+    assert rename(read_rows(f), {"critic/score/mean": "score"})[0]["score"] == 0.25
+    both = tmp_path / "both.jsonl"   # a row that logs our name as well keeps its own value
+    both.write_text('{"step": 0, "reward": 1.0, "critic/score/mean": 0.5}\n')
+    assert rename(read_rows(both), {})[0]["reward"] == 1.0
