@@ -18,10 +18,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import itertools
-import random
+import sys
 import time
 import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import settings_grid  # noqa: E402
 
 FACTORS: dict[str, list] = {
     "loss_type": ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo"],
@@ -44,12 +47,7 @@ def settings_of(cell: dict) -> dict:
 
 
 def cells(sample: int, seed: int) -> tuple[list[dict], int]:
-    default = {k: v[0] for k, v in FACTORS.items()}
-    chosen = [default] + [{**default, k: v} for k, values in FACTORS.items() for v in values[1:]]
-    product = [dict(zip(FACTORS, combo)) for combo in itertools.product(*FACTORS.values())]
-    rest = [c for c in product if c not in chosen]
-    chosen += random.Random(seed).sample(rest, min(sample, len(rest)))
-    return chosen, len(product)
+    return settings_grid.sampled(FACTORS, settings_grid.one_at_a_time(FACTORS), sample, seed)
 
 
 def main() -> None:

@@ -17,9 +17,13 @@ import argparse
 import contextlib
 import io
 import itertools
-import random
+import sys
 import time
 import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import settings_grid  # noqa: E402
 
 KL_LEVELS = ["low_var_kl", "off", "kl", "k1", "mse", "k2", "k3", "abs", "k3+"]   # the demo's first
 FACTORS: dict[str, list] = {
@@ -46,8 +50,8 @@ def settings_of(cell: dict) -> dict:
 
 
 def cells(sample: int, seed: int, pairs: bool) -> tuple[list[dict], int]:
-    default = {k: v[0] for k, v in FACTORS.items()}
-    chosen = [default] + [{**default, k: v} for k, values in FACTORS.items() for v in values[1:]]
+    chosen = settings_grid.one_at_a_time(FACTORS)
+    default = chosen[0]
     if pairs:
         others = ["norm_adv_by_std_in_grpo", "kl", "micro", "entropy_coeff"]
         for i, (mode, est) in enumerate(itertools.product(FACTORS["loss_agg_mode"], FACTORS["adv_estimator"])):
@@ -55,10 +59,7 @@ def cells(sample: int, seed: int, pairs: bool) -> tuple[list[dict], int]:
                     **{k: FACTORS[k][(i + j) % len(FACTORS[k])] for j, k in enumerate(others)}}
             if cell not in chosen:
                 chosen.append(cell)
-    product = [dict(zip(FACTORS, combo)) for combo in itertools.product(*FACTORS.values())]
-    rest = [c for c in product if c not in chosen]
-    chosen += random.Random(seed).sample(rest, min(sample, len(rest)))
-    return chosen, len(product)
+    return settings_grid.sampled(FACTORS, chosen, sample, seed)
 
 
 def main() -> None:
