@@ -86,6 +86,7 @@ class Cause(str, Enum):
     TIMEOUT = "timeout"             # our timeout killed it (skip, never cached)
     INTERRUPTED = "interrupted"     # a signal to rlbisect stopped it (skip, never cached)
     UNDECIDED = "undecided"         # noisy evidence that does not decide (skip)
+    MEASURED = "measured"           # one run measured for the measured search: a number, no verdict
     REFERENCE = "reference"         # GOOD's own runs, which the verdict needs, failed (skip, never cached)
 
     def __str__(self) -> str:

@@ -49,7 +49,8 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
         predicate = FixSearch(predicate, options.terms)
     user = Repo.open(repo)
     good, bad = user.resolve_range(range_spec)
-    strategy = strategy or make_strategy(options)
+    strategy = strategy or make_strategy(options, predicate)
+    predicate = strategy.wrap(predicate)   # the measured search runs one seed per probe
     predicate.preflight(user, bad)   # input the probes could never use: refused now
     first_parent = options.first_parent or strategy.first_parent_only
     history, commits = user.history(good, bad, first_parent)
@@ -128,7 +129,7 @@ class _Run:
                 res.message = (f"predicate aborted the bisect at {aborted[0][:12]}: "
                                f"{aborted[1].reason} (exit codes >= 128 abort, as in git bisect run)")
                 return None
-            for commit, verdict in strategy.observe([(c, p.verdict) for c, p in done]):
+            for commit, verdict in strategy.observe_probes(done):
                 step = self.sandbox.mark(commit, verdict)
             for rec in res.probes[-len(done):]:
                 if rec.commit in strategy.dropped:
@@ -198,6 +199,6 @@ class _Run:
         for row in self.prober.cache.runs(flaky_identity(self.prober.identity), set(trees)):
             sha = row["commit"] if row.get("commit") in self.result.commits else trees[row["tree"]]
             probe = Probe(Verdict(row["verdict"]), dict(row.get("values", {})), row.get("reason", ""),
-                          float(row.get("seconds", 0.0)), output=row.get("output", ""))
+                          float(row.get("seconds", 0.0)), row.get("cause"), output=row.get("output", ""))
             self.prober.record(sha, probe, True, 0.0, recorded=row.get("recorded", ""))
-            self.strategy.replay([(sha, probe.verdict)])
+            self.strategy.replay_probes([(sha, probe)])

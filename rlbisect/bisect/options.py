@@ -47,7 +47,8 @@ class BisectOptions(BaseModel):
     clone_url: str | None = Field(None, description="--executor ray: nodes clone this URL instead "
                                   "of reading the repository over a shared filesystem")
     flaky: bool = Field(False, description="the predicate can lie: keep a posterior over the "
-                        "culprit and repeat runs where they inform most")
+                        "culprit and repeat runs where they inform most (with --predicate short-run "
+                        "--metric M: one run per probe, its value pooled across commits)")
     confidence: float | None = Field(None, gt=0.5, lt=1, description="--flaky: how sure an "
                                      "answer must be (default 0.95); 0.99 names a wrong commit "
                                      "several times less often when a failure rate only rises, "

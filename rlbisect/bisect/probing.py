@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from functools import partial
@@ -101,11 +102,15 @@ class Prober:
         """Run the predicate on ``commits`` at once, each in its own slot (a commit named twice,
         as ``--flaky --jobs`` may, runs twice) -> [(commit, probe, our overhead)] in their order."""
         t0, out, futures = time.perf_counter(), {}, {}
+        runs = Counter(p.commit for p in self.result.probes if p.role != "verify")
         try:
             for slot, c in enumerate(commits):
                 co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,
                               local=partial(self.sandbox.checkout, c, f"probe{slot}"))
-                futures[self.executor.submit(c, co, self.predicate, self.options.timeout)] = slot
+                # a predicate that takes a seed per run gets the commit's next one: matched across commits
+                pred = self.predicate.bind(runs[c]) if hasattr(self.predicate, "bind") else self.predicate
+                runs[c] += 1
+                futures[self.executor.submit(c, co, pred, self.options.timeout)] = slot
             pending: set[Future] = set(futures)
             while pending:
                 done, pending = wait_futures(pending, timeout=0.1, return_when=FIRST_COMPLETED)

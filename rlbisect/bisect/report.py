@@ -14,12 +14,14 @@ first) and, with ``--flaky``, ``posterior`` (``p`` per commit), ``rates``,
 
 from __future__ import annotations
 
+import statistics
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlbisect.errors import Cause, ExitCode, Status
+from rlbisect.errors import Cause, ExitCode, Status, Verdict
 from rlbisect.bisect.diagnose import render as render_diagnosis
 from rlbisect.git.repo import CommitInfo
 
@@ -127,6 +129,13 @@ class BisectResult:
     def _endpoint_lines(self) -> list[str]:
         """--flaky: what GOOD and BAD did, counted, no model in between."""
         runs = self.extra.get("runs_per_commit") or {}
+        if (metric := self.extra.get("metric")) is not None:   # the measured search: numbers
+            told = []
+            for name, sha in (("GOOD", self.good), ("BAD", self.bad)):
+                vals = sorted(p.values[metric] for p in self.probes if p.commit == sha and metric in p.values)
+                if vals:
+                    told.append(f"{name} median {statistics.median(vals):.4g} over {len(vals)} runs")
+            return [f"{metric} at {', '.join(told)}"] if told else []
         told = [f"{name} {r['bad']} of {r['good'] + r['bad']}" for name, sha in
                 (("OLD" if self.terms else "GOOD", self.good), ("NEW" if self.terms else "BAD", self.bad)) if (r := runs.get(sha))
                 and r["good"] + r["bad"]]
@@ -284,5 +293,6 @@ def probe_line(rec: ProbeRecord) -> str:
     if rec.cached:
         extra.append("cached")
     tail = f"  ({'; '.join(extra)})" if extra else ""
-    return (f"[{rec.order}] {rec.commit[:10]}  {rec.term or rec.verdict:<5} {rec.seconds:7.2f}s  "
+    said = "ran" if rec.cause is Cause.MEASURED and rec.verdict is Verdict.GOOD else rec.term or rec.verdict
+    return (f"[{rec.order}] {rec.commit[:10]}  {said:<5} {rec.seconds:7.2f}s  "
             f"{rec.subject}{tail}")

@@ -8,9 +8,10 @@ the real ``git bisect`` — and the strategy decides everything else:
   same probes, skips included, as ``git bisect run``.
 * :class:`KAry` (``--jobs J``) probes J commits per round that split the candidates into J + 1
   parts, marking every verdict into git: about ⌈log_(J+1) N⌉ rounds.
-* :class:`Posterior` (``--flaky``) keeps a posterior over the culprit for a predicate that can
-  lie (:mod:`rlbisect.bisect.bayes`), repeats runs where they inform most, and marks into git
-  only what it is sure of, at the end.
+* :class:`~rlbisect.bisect.posterior.Posterior` (``--flaky``) keeps a posterior over the culprit
+  for a predicate that can lie (:mod:`rlbisect.bisect.bayes`), repeats runs where they inform most,
+  and marks into git only what it is sure of, at the end; on measured runs (short runs with
+  ``--metric``), :class:`~rlbisect.bisect.posterior.MeasuredPosterior` does so on the numbers.
 
 No verdict without evidence: git trusts the user's GOOD and BAD, we do not. When the answer of a
 deterministic search rests on an endpoint no probe has vouched for (no probe failed, so the answer
@@ -23,14 +24,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.search import BisectState
 from rlbisect.errors import Status, Verdict
-
-if TYPE_CHECKING:
-    from rlbisect.bisect.bayes import Decision
 
 Verdicts = Sequence[tuple[str, Verdict]]   # (commit, verdict), in probe order
 Marks = list[tuple[str, Verdict]]          # what to tell git, in order
@@ -79,9 +77,21 @@ class Strategy(ABC):
         self.history, self.good, self.bad, self.first_parent = history, good, bad, first_parent
         self.dropped: list[str] = []   # commits of the last round whose verdict git would refuse
 
+    def wrap(self, predicate: Any) -> Any:
+        """The predicate this search runs (the measured search asks for one seed per probe)."""
+        return predicate
+
     def replay(self, verdicts: Verdicts) -> None:
         """Runs earlier bisects recorded for this predicate (strategies that do not recall
         verdicts, ``recall = False``, are handed them as evidence; others ignore them)."""
+
+    def replay_probes(self, probes: Sequence[tuple[str, Any]]) -> None:
+        """:meth:`replay` with the whole probes (their measured values too)."""
+        self.replay([(c, p.verdict) for c, p in probes])
+
+    def observe_probes(self, probes: Sequence[tuple[str, Any]]) -> Marks:
+        """:meth:`observe` with the whole probes; a search that uses measured values reads them."""
+        return self.observe([(c, p.verdict) for c, p in probes])
 
     @abstractmethod
     def plan(self, git: GitView) -> list[str]:
@@ -201,97 +211,14 @@ class KAry(GitChoice):
         return self.mirror.next_probes(self.jobs) or [git_next]
 
 
-class Posterior(Strategy):
-    """``--flaky``: the posterior over the culprit along the first-parent chain; every run is a
-    fresh sample, the endpoints included; git gets only the marks that are sure, at the end."""
-
-    name = "posterior"
-    recall = False
-    first_parent_only = True
-
-    def __init__(self, confidence: float = 0.95, max_runs: int | None = None, jobs: int = 1):
-        self.confidence, self.max_runs, self.jobs = confidence, max_runs, jobs   # jobs: runs a round
-
-    def start(self, history, good, bad, first_parent) -> None:
-        from rlbisect.bisect import bayes   # numpy, only for --flaky
-        super().start(history, good, bad, True)
-        self.order = [sha for sha, _ in history]           # position -> sha; 0 is GOOD
-        self.pos = {sha: i for i, sha in enumerate(self.order)}
-        self.search = bayes.FlakySearch(len(self.order) - 1)
-        self.max_runs = self.max_runs or bayes.default_max_runs(len(self.order) - 1)
-        self.runs, self.last = 0, 1      # runs so far, and in the last round
-        self.decision: Decision | None = None
-
-    def replay(self, verdicts: Verdicts) -> None:
-        """Runs an earlier ``--flaky`` bisect recorded: evidence, not counted against the budget."""
-        for c, v in verdicts:
-            if c in self.pos:
-                self.search.observe(self.pos[c], v)
-
-    def plan(self, git: GitView) -> list[str]:
-        from rlbisect.bisect.noisy_batch import plan_round
-        self.decision = self.search.decide(self.confidence, self.max_runs, self.runs, self.last)
-        left = (self.max_runs or 0) - self.runs
-        return [self.order[p] for p in plan_round(self.search, self.decision, self.jobs, left)]
-
-    def observe(self, verdicts: Verdicts) -> Marks:
-        self.last = max(len(verdicts), 1)
-        for c, v in verdicts:
-            self.runs += 1
-            self.search.observe(self.pos[c], v)
-        return []
-
-    def final_marks(self) -> Marks:
-        good_pos, bad_pos = self.search.sure_marks(self.confidence)
-        marks: Marks = [(self.order[p], Verdict.SKIP) for p in sorted(self.search.skipped)
-                 if 0 < p < len(self.order) - 1]
-        if good_pos is not None and 0 < good_pos < len(self.order) - 1:
-            marks.append((self.order[good_pos], Verdict.GOOD))
-        if bad_pos is not None and 0 < bad_pos < len(self.order) - 1:
-            marks.append((self.order[bad_pos], Verdict.BAD))
-        return marks
-
-    def top(self, count: int = 10) -> list[dict]:
-        names = {0: "GOOD already bad", len(self.order): "no regression in range"}
-        return [{"commit": self.order[k] if 0 < k < len(self.order) else names[k], "p": round(p, 6)}
-                for k, p in self.search.top(count)]
-
-    def report(self, outcome: str) -> dict[str, Any]:
-        return {"confidence": self.confidence, "max_runs": self.max_runs, "n_runs": self.runs,
-                "outcome": outcome, "posterior": self.top(), "rates": self.search.rates(),
-                "runs_per_commit": {self.order[p]: n for p, n in
-                                    self.search.runs_per_position().items()}}
-
-    def conclude(self, git: GitView) -> Conclusion:
-        d = self.decision or self.search.decide(self.confidence, self.max_runs, self.runs)
-        extra = self.report(d.status)
-        if d.status == "found":
-            assert d.first_bad is not None   # set with status "found"
-            sha = self.order[int(d.first_bad)]
-            return Conclusion(Status.FOUND, sha, [sha], f"posterior {d.p:.3f} >= {self.confidence}",
-                              extra)
-        if d.status == "no_regression":
-            return Conclusion(Status.BAD_PASSES, message=f"BAD passes the predicate as often as GOOD "
-                              f"(posterior {d.p:.3f} that no commit in the range changed it): "
-                              "nothing to bisect", extra=extra)
-        if d.status == "good_fails":
-            return Conclusion(Status.GOOD_FAILS, message=f"GOOD fails the predicate as often as BAD "
-                              f"(posterior {d.p:.3f}): the regression is older than the range, or "
-                              "the predicate is broken", extra=extra)
-        cands = [self.order[k] for k in d.candidates if 0 < k < len(self.order)]
-        why = {"skipped": "only skipped commits can still hold it",
-               "unknown": f"the run budget ({self.max_runs} runs) is spent",
-               "misfit": d.message or "the runs do not fit a one-change model"}.get(d.status, d.status)
-        return Conclusion(Status.UNSURE, None, cands, f"not sure of the first bad commit: {why}", extra)
-
-    def candidates(self) -> list[str]:
-        return [self.order[k] for k in self.search.credible_set(self.confidence)
-                if 0 < k < len(self.order)]
-
-
-def make_strategy(options: BisectOptions) -> Strategy:
-    """The search the options ask for."""
+def make_strategy(options: BisectOptions, predicate: Any = None) -> Strategy:
+    """The search the options ask for; ``--flaky`` on a predicate that measures one number per
+    run (short runs with ``--metric``) searches on the numbers themselves."""
     if options.flaky:
+        from rlbisect.bisect.posterior import MeasuredPosterior, Posterior
+        if getattr(predicate, "measures", None):
+            return MeasuredPosterior(predicate.measures, options.confidence or 0.95, options.max_runs,
+                                     options.jobs)
         return Posterior(options.confidence or 0.95, options.max_runs, options.jobs)
     if options.jobs > 1:
         return KAry(options.jobs, options.confirm_endpoints)

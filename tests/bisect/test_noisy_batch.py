@@ -99,7 +99,8 @@ def test_same_runs_same_rounds():
 
 
 def test_the_posterior_strategy_plans_rounds_of_jobs_runs_and_counts_them():
-    from rlbisect.bisect.strategies import GitState, Posterior
+    from rlbisect.bisect.posterior import Posterior
+    from rlbisect.bisect.strategies import GitState
     from rlbisect.errors import Status, Verdict
     shas = [f"c{i}" for i in range(33)]
     rng = random.Random(3)

@@ -11,7 +11,8 @@ import pytest
 
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.search import BisectState, linear_history
-from rlbisect.bisect.strategies import GitChoice, GitState, KAry, Posterior, Strategy, make_strategy
+from rlbisect.bisect.posterior import Posterior
+from rlbisect.bisect.strategies import GitChoice, GitState, KAry, Strategy, make_strategy
 from rlbisect.errors import Status, Verdict
 
 G, B = Verdict.GOOD, Verdict.BAD

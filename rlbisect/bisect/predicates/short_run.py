@@ -99,6 +99,17 @@ class ShortRunPredicate(BasePredicate):
     def preflight(self, repo, commit: str) -> None:
         self.runner.preflight(repo, commit)
 
+    @property
+    def measures(self) -> tuple[str, str] | None:
+        """``(metric, direction)`` when each run gives one number to search on (``--metric``)."""
+        o = self.options
+        return (o.metric, o.direction or "lower") if o.metric else None
+
+    def one_run_per_probe(self):
+        """This predicate as the measured search runs it: one seed per probe."""
+        from rlbisect.bisect.predicates.measured_runs import MeasuredRuns
+        return MeasuredRuns(self)
+
     def identity(self) -> str:
         # GOOD is part of the identity: the verdict is relative to it.
         return json.dumps({"kind": "short-run", **self.options.model_dump(), **self.runner.identity(),

@@ -10,10 +10,12 @@ so the tests can show every check failing on the fault it is meant for.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -125,7 +127,7 @@ def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "gr
         extra["use_bias_correction_kl"] = False
     extra.update(config)
     args = GRPOConfig(
-        output_dir=output_dir or tempfile.mkdtemp(prefix="rlbisect-trl-"), report_to="none", use_cpu=True,
+        output_dir=output_dir or _scratch(), report_to="none", use_cpu=True,
         bf16=bf16, per_device_train_batch_size=episodes // steps_per_generation, num_generations=GROUP,
         steps_per_generation=steps_per_generation, gradient_accumulation_steps=gradient_accumulation_steps,
         num_iterations=num_iterations, max_completion_length=MAX_NEW, learning_rate=lr, beta=kl_coef or 0.0,
@@ -135,6 +137,15 @@ def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "gr
     # the policy as a fresh copy of the one loaded once per process (TRL loads its reference by name)
     return GRPOTrainer(model=copy.deepcopy(_loaded(str(_model_dir(seed)))), reward_funcs=rewards, args=args,
                        train_dataset=_dataset(), processing_class=_tokenizer())
+
+
+@functools.lru_cache(maxsize=1)
+def _scratch() -> str:
+    """One output folder per process for every trainer it builds (they save nothing there: no
+    checkpoints, no reports), removed when the process ends: a folder per trainer piled up."""
+    path = tempfile.mkdtemp(prefix="rlbisect-trl-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,0 +1,247 @@
+"""The measured search against the per-commit methods and the binary searches, side by side.
+
+Simulated part (default): 64-commit histories whose runs are independent draws (seeds never
+matched), the culprit uniform in 1..64. Rows: the metric lower by 0.5, 1, 2 and 4 seed spreads
+with normal seeds; 1 and 2 spreads with heavy-tailed seeds (Student t, 3 degrees of freedom, unit
+standard deviation); the spread doubled with the mean unchanged. Every tool sees the same
+histories and the same draw for the n-th run at a commit:
+
+* ``measured``: ``--flaky`` on the numbers (:mod:`rlbisect.bisect.measured`), and its rounds with
+  ``--jobs 4``;
+* ``short-run``: today's per-commit rule (:class:`~rlbisect.runs.stats.Rule`: Welch against GOOD's
+  seeds, 3 then 5, 7, 9; unknown at 9 is a skip) driving git's bisection; GOOD's runs are shared;
+* ``pinpoint``: a fixed number of repeats per commit (``--repeats``, default 20), Mann-Whitney
+  against GOOD's runs at alpha 0.01, no skip;
+* ``flaky`` and ``bayesect``: today's binary ``--flaky`` and git-bayesect 1.2 on the runs made
+  binary at the midpoint of the two true means (for the spread row: ``|x| > 1``), a threshold
+  neither would know: what they cost at best.
+
+Real part (``--real N``): ``rlbisect run`` itself on N toy-trainer repositories per shift (32
+commits, every commit reseeding the stream: ``history_fixtures/noisy_trainer.py``), ``--flaky
+--predicate short-run --metric reward --direction lower`` against the same command without
+``--flaky``.
+
+Usage: python benchmarks/bench_measured.py [--histories 200] [--repeats 20] [--rows ...] [--real 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from rlbisect.bisect.bayes import FlakySearch   # noqa: E402
+from rlbisect.bisect.measured import MeasuredSearch   # noqa: E402
+from rlbisect.bisect.search import BisectState, linear_history   # noqa: E402
+from rlbisect.errors import Verdict   # noqa: E402
+from rlbisect.runs.stats import Rule   # noqa: E402
+
+ROWS = {"normal 0.5": ("normal", 0.5), "normal 1": ("normal", 1.0), "normal 2": ("normal", 2.0),
+        "normal 4": ("normal", 4.0), "heavy 1": ("heavy", 1.0), "heavy 2": ("heavy", 2.0),
+        "spread x2": ("spread", 0.0)}
+N, BUDGET = 64, 600
+
+
+class History:
+    """One history: the culprit and a fixed draw for the j-th run at each commit."""
+
+    def __init__(self, kind: str, shift: float, seed: int):
+        rng = np.random.default_rng(seed)
+        self.kind, self.shift = kind, shift
+        self.culprit = int(rng.integers(1, N + 1))
+        self.seed = seed
+        self.draws: dict[tuple[int, int], float] = {}
+
+    def run(self, pos: int, j: int) -> float:
+        if (pos, j) not in self.draws:
+            rng = np.random.default_rng([self.seed, pos, j])
+            x = rng.standard_t(3) / np.sqrt(3) if self.kind == "heavy" else rng.normal()
+            bad = pos >= self.culprit
+            self.draws[pos, j] = 2 * x if self.kind == "spread" and bad else x - (self.shift if bad else 0)
+        return self.draws[pos, j]
+
+    def failed(self, pos: int, j: int) -> bool:
+        x = self.run(pos, j)
+        return abs(x) > 1 if self.kind == "spread" else x < -self.shift / 2
+
+
+def measured(h: History, jobs: int = 1) -> tuple[int | None, int, int]:
+    s = MeasuredSearch(N, "change" if h.kind == "spread" else "lower")
+    seen: dict[int, int] = {}
+    runs = rounds = 0
+    while (d := s.decide(0.95, BUDGET, runs)).status == "probe":
+        picks = [d.probe] if jobs == 1 else s.propose(min(jobs, BUDGET - runs))
+        rounds += 1
+        for p in picks:
+            s.observe(p, h.run(p, seen.get(p, 0)))
+            seen[p] = seen.get(p, 0) + 1
+            runs += 1
+    return (d.first_bad if d.status == "found" else None), runs, rounds
+
+
+def per_commit(h: History, judge, cost: int) -> tuple[int | None, int]:
+    """git's bisection on per-commit verdicts; ``judge(pos) -> (verdict, runs)``; BAD is judged
+    too when no probe came out bad (the answer would rest on it)."""
+    names = [str(i) for i in range(N + 1)]
+    state = BisectState(linear_history(names), {"0"}, names[-1])
+    runs, said_bad = cost, False
+    while not state.done:
+        c = state.next_probes(1)[0]
+        v, used = judge(int(c))
+        runs += used
+        said_bad |= v == "bad"
+        state.mark(c, Verdict.SKIP if v == "unknown" else Verdict(v))
+    if not said_bad:
+        v, used = judge(N)
+        runs += used
+        if v != "bad":
+            return None, runs
+    return (int(state.first_bad) if state.first_bad else None), runs
+
+
+def short_run(h: History) -> tuple[int | None, int]:
+    rule, direction = Rule(), ("change" if h.kind == "spread" else "lower")
+    good_used = [0]
+
+    def judge(pos: int):
+        for k in rule.schedule():
+            good_used[0] = max(good_used[0], k)
+            v = rule.decide([h.run(0, j) for j in range(k)], [h.run(pos, j) for j in range(k)], direction)[0]
+            if v != "unknown":
+                return v, k
+        return "unknown", k
+    culprit, runs = per_commit(h, judge, 0)
+    return culprit, runs + good_used[0]
+
+
+def mannwhitney_p(a: list[float], b: list[float]) -> float:
+    """One-sided p that ``b`` tends to lie above ``a`` (normal approximation, ties counted half)."""
+    from statistics import NormalDist
+    u = sum((y > x) + 0.5 * (y == x) for x in a for y in b)
+    n, m = len(a), len(b)
+    z = (u - n * m / 2) / np.sqrt(n * m * (n + m + 1) / 12)
+    return 1 - NormalDist().cdf(z)
+
+
+def pinpoint(h: History, repeats: int) -> tuple[int | None, int]:
+    good = [h.run(0, j) for j in range(repeats)]
+
+    def judge(pos: int):
+        probe = [h.run(pos, j) for j in range(repeats)]
+        if h.kind == "spread":   # a change in spread: compare distances from GOOD's median
+            med = float(np.median(good))
+            p = mannwhitney_p([abs(x - med) for x in good], [abs(x - med) for x in probe])
+        else:   # lower at the probe: GOOD's runs lie above the probe's
+            p = mannwhitney_p(probe, good)
+        return ("bad" if p < 0.01 else "good"), repeats
+    return per_commit(h, judge, repeats)
+
+
+def binary(h: History, which: str) -> tuple[int | None, int]:
+    seen: dict[int, int] = {}
+
+    def oracle(pos: int) -> bool:
+        j = seen.get(pos, 0)
+        seen[pos] = j + 1
+        return h.failed(pos, j)
+    if which == "bayesect":
+        import bayesect_peer
+        out = bayesect_peer.simulate(N, oracle, 0.95, BUDGET)
+        return out.culprit, out.runs
+    s, runs = FlakySearch(N), 0
+    while (d := s.decide(0.95, BUDGET, runs)).status == "probe":
+        s.observe(d.probe, Verdict.BAD if oracle(d.probe) else Verdict.GOOD)
+        runs += 1
+    return (d.first_bad if d.status == "found" else None), runs
+
+
+def tally(outcomes: list[tuple[int | None, int]], truth: list[int]) -> str:
+    right = sum(c == t for (c, _), t in zip(outcomes, truth))
+    wrong = sum(c is not None and c != t for (c, _), t in zip(outcomes, truth))
+    runs = np.array([r for _, r in outcomes])
+    n = len(truth)
+    return (f"{100 * right / n:5.1f}% right, {wrong:3d} wrong, {n - right - wrong:3d} none; "
+            f"runs {runs.mean():6.1f} (p95 {np.percentile(runs, 95):4.0f})")
+
+
+def simulated(histories: int, repeats: int, rows: list[str]) -> None:
+    from bayesect_peer import available
+    peer = available() is None
+    for row in rows:
+        kind, shift = ROWS[row]
+        t0 = time.perf_counter()
+        hs = [History(kind, shift, 1000 * i + 7) for i in range(histories)]
+        truth = [h.culprit for h in hs]
+        m = [measured(h) for h in hs]
+        print(f"== {row} ({histories} histories of {N} commits)")
+        print(f"  measured          {tally([(c, r) for c, r, _ in m], truth)}")
+        m4 = [measured(h, 4) for h in hs]
+        ratio = np.mean([r for _, _, r in m4]) / np.mean([r for _, r, _ in m])
+        print(f"  measured --jobs 4 {tally([(c, r) for c, r, _ in m4], truth)}; rounds "
+              f"{np.mean([r for _, _, r in m4]):.1f} = {ratio:.2f}x its sequential runs")
+        print(f"  short-run         {tally([short_run(h) for h in hs], truth)}")
+        print(f"  pinpoint x{repeats:<7d}{tally([pinpoint(h, repeats) for h in hs], truth)}")
+        print(f"  flaky (binary)    {tally([binary(h, 'flaky') for h in hs], truth)}")
+        if peer:
+            print(f"  bayesect (binary) {tally([binary(h, 'bayesect') for h in hs], truth)}")
+        print(f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
+    if not peer:
+        print(f"git-bayesect rows left out: {available()}")
+
+
+def real(count: int, shifts: list[float]) -> None:
+    from history_fixtures.noisy_trainer import build
+    cmd = ["--predicate", "short-run", "--metric", "reward", "--direction", "lower", "--no-cache",
+           "--", sys.executable, "train.py", "--seed", "{seed}", "--out", "{out}"]
+    for shift in shifts:
+        out: dict[str, list] = {"measured": [], "short-run": []}
+        for i in range(count):
+            with tempfile.TemporaryDirectory() as tmp:
+                rng = np.random.default_rng([int(shift * 100), i])
+                culprit = int(rng.integers(1, 33))
+                shas = build(Path(tmp) / "repo", 32, culprit, shift, salt=i)
+                for name, extra in (("measured", ["--flaky"]), ("short-run", [])):
+                    report = Path(tmp) / f"{name}.json"
+                    done = subprocess.run([sys.executable, "-m", "rlbisect", "run", f"{shas[0]}..{shas[-1]}", *extra,
+                                    "--json", str(report), *cmd], cwd=Path(tmp) / "repo", capture_output=True,
+                                   text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                    if not report.exists():   # the run itself failed: no answer, and say so
+                        print(f"  rlbisect run failed on history {i}: {done.stderr.strip()[-300:]}")
+                        out[name].append((None, 0, culprit))
+                        continue
+                    res = json.loads(report.read_text())
+                    named = res.get("first_bad")
+                    runs = sum(1 for p in res["probes"]) if name == "measured" else sum(
+                        int(p["values"].get("seeds", 1)) for p in res["probes"]) + max(
+                        [int(p["values"].get("seeds", 0)) for p in res["probes"]] + [0])
+                    out[name].append((shas.index(named) if named in shas else None, runs, culprit))
+        for name, rows in out.items():
+            print(f"  real, shift {shift:g}, {name:9s} {tally([(c, r) for c, r, _ in rows], [t for *_, t in rows])}",
+                  flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--histories", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of: {', '.join(ROWS)}")
+    p.add_argument("--real", type=int, default=0, help="also this many real histories per shift")
+    p.add_argument("--shifts", default="1,2,4", help="--real: the shifts in seed spreads")
+    a = p.parse_args()
+    if a.histories:
+        simulated(a.histories, a.repeats, [r.strip() for r in a.rows.split(",") if r.strip()])
+    if a.real:
+        real(a.real, [float(s) for s in a.shifts.split(",")])
+
+
+if __name__ == "__main__":
+    main()

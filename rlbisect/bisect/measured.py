@@ -1,0 +1,282 @@
+"""Bisection on measured outcomes: where does the distribution of a metric change?
+
+Pure: numpy only, no git, no I/O. Positions ``0..n`` are the commits oldest first (``0`` = GOOD,
+``n`` = BAD). Each run at a position gives one number (a short run's reward, on its own seed);
+runs of every commit are pooled, so a commit's run also teaches what its whole side looks like.
+
+Model. The culprit ``k`` in ``1..n`` splits the positions into ``< k`` and ``>= k``; the runs of
+each side are draws from one distribution of that side, any shape. ``k = NONE`` (index 0 of the
+posterior): one distribution throughout, nothing in the range changed it. To be robust to heavy
+tails, outliers and scale, the runs are used only through their pooled ranks: each run becomes
+its normal score (Blom's ``(r - 3/8) / (N + 1/4)`` quantile, ties averaged), and each side's scores
+are normal with their own unknown mean *and* variance (a Normal-Inverse-Gamma prior, so a shift in
+the mean or only in the spread both count). A run that crashed or gave NaN/Inf ranks below every
+number (``direction="higher"``: above). The posterior of ``k`` is exact under this model: each
+side's marginal likelihood in closed form, from prefix sums over positions.
+
+Choice. The position whose next run tells most about ``k``: the mutual information between ``k``
+and the run's score, with each hypothesis's predictive (a Student t per side) on a grid of
+scores, exact up to the grid and computed for every position at once. The first runs go to the
+two ends (:data:`START_RUNS` each): what is measured elsewhere means nothing before they exist.
+A round of ``J`` runs (``--jobs``) takes that pick first, then the positions that split the
+culprit's posterior at its ``j / J`` quantiles: k-ary splits while it is broad, repeats at the
+boundary once it is sharp.
+
+Stop: as :mod:`rlbisect.bisect.bayes` (the same :class:`~rlbisect.bisect.bayes.Decision`):
+``found`` once the top culprit reaches ``1 - (1 - confidence) / MARGIN``; ``no_regression`` when
+``NONE`` does; ``skipped`` when only skipped commits separate the likeliest culprits; ``unknown``
+at the budget. Before a culprit is named, each side is searched for a change of its own; one found
+there (posterior >= :data:`SECOND_CHANGE`) is ``misfit``: two changes, a band or a drift, and no
+single culprit. Measured in ``benchmarks/bench_measured.py`` (docs/noisy.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+
+from rlbisect.bisect.bayes import Decision, needed
+from rlbisect.bisect.measured_fit import GRID, normal_scores, side_loglik, side_predictive
+
+NONE_PRIOR = 0.04                #: prior that nothing in the range changed the metric
+START_RUNS = 2                   #: runs at GOOD and at BAD before any other
+SECOND_CHANGE = 0.99             #: a side's own change at this posterior makes the answer misfit
+
+Direction = Literal["lower", "higher", "change"]
+
+
+class MeasuredSearch:
+    """Posterior over the culprit given measured runs at positions ``0..n`` (see the module).
+
+    The posterior's index 0 is ``NONE`` (nothing changed), index ``k`` in ``1..n`` the culprit.
+    """
+
+    def __init__(self, n: int, direction: Direction = "change", none_prior: float = NONE_PRIOR):
+        if n < 1:
+            raise ValueError("need at least one commit after GOOD (n >= 1)")
+        if direction not in ("lower", "higher", "change"):
+            raise ValueError(f"direction must be lower, higher or change, not {direction!r}")
+        if not 0 < none_prior < 1:
+            raise ValueError("none_prior must lie in (0, 1)")
+        self.n, self.direction = n, direction
+        self._log_prior = np.log(np.r_[none_prior, np.full(n, (1 - none_prior) / n)])
+        self.positions: list[int] = []
+        self.values: list[float] = []
+        self.skipped: set[int] = set()
+        self._cache: dict = {}
+
+    # -- data ------------------------------------------------------------------------------
+
+    def observe(self, position: int, value: float | None) -> None:
+        """One run at ``position``: its value (NaN/Inf or a crash: the worst value there is),
+        or None for a skip, which bars the commit from further runs."""
+        if not 0 <= position <= self.n:
+            raise ValueError(f"position {position} outside 0..{self.n}")
+        if value is None:
+            self.skipped.add(position)
+        else:
+            value = float(value)
+            if not math.isfinite(value):   # a failed run ranks as the worst outcome asked about
+                value = math.inf if self.direction == "higher" else -math.inf
+            self.positions.append(position)
+            self.values.append(value)
+        self._cache = {}
+
+    @property
+    def n_obs(self) -> int:
+        return len(self.values) + len(self.skipped)
+
+    def runs_per_position(self) -> dict[int, int]:
+        counts = np.bincount(np.asarray(self.positions, int), minlength=self.n + 1)
+        return {i: int(c) for i, c in enumerate(counts) if c}
+
+    def _sums(self, scores: np.ndarray, positions: np.ndarray):
+        """Prefix sums over positions: ``out[j]`` covers positions ``< j`` (j = 0..n+1)."""
+        def prefix(w):
+            return np.r_[0.0, np.cumsum(np.bincount(positions, weights=w, minlength=self.n + 1))]
+        return prefix(np.ones_like(scores)), prefix(scores), prefix(scores * scores)
+
+    def _update(self) -> dict:
+        if not self._cache:
+            pos = np.asarray(self.positions, int)
+            z = normal_scores(np.asarray(self.values, float))
+            m, s, q = self._sums(z, pos)
+            k = np.arange(1, self.n + 1)
+            ll = np.r_[side_loglik(m[-1], s[-1], q[-1]),
+                       side_loglik(m[k], s[k], q[k]) + side_loglik(m[-1] - m[k], s[-1] - s[k], q[-1] - q[k])]
+            lp = self._log_prior + ll
+            post = np.exp(lp - lp.max())
+            self._cache = {"post": post / post.sum(), "m": m, "s": s, "q": q, "z": z, "pos": pos}
+        return self._cache
+
+    def culprit_posterior(self) -> np.ndarray:
+        """``P(NONE)`` at index 0, then ``P(culprit = k)`` for k = 1..n."""
+        return self._update()["post"]
+
+    # -- what to run next ------------------------------------------------------------------
+
+    def information_gain(self) -> np.ndarray:
+        """Expected nats learned about ``k`` from one more run at each position 0..n."""
+        c = self._update()
+        p, m, s, q, n = c["post"], c["m"], c["s"], c["q"], self.n
+        k = np.arange(1, n + 1)
+        left = side_predictive(m[k], s[k], q[k])                                  # [k-1, g]
+        right = side_predictive(m[-1] - m[k], s[-1] - s[k], q[-1] - q[k])
+        whole = side_predictive(m[-1:], s[-1:], q[-1:])[0]
+        pk = p[1:, None]
+        jl, jr = pk * left, pk * right
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xl = np.where(jl > 0, jl * np.log(jl), 0.0).sum(axis=1)
+            xr = np.where(jr > 0, jr * np.log(jr), 0.0).sum(axis=1)
+        jw = p[0] * whole
+        xw = float(np.where(jw > 0, jw * np.log(np.maximum(jw, 1e-300)), 0.0).sum())
+        # a run at i is on the right (bad) side for culprits k <= i, the left side for k > i
+        cr = np.vstack([np.zeros(len(GRID)), np.cumsum(jr, axis=0)])               # [i, g]: k <= i
+        cl = np.vstack([np.cumsum(jl[::-1], axis=0)[::-1], np.zeros(len(GRID))])   # [i, g]: k > i
+        mix = cr + cl + jw[None, :]
+        joint_term = np.r_[0.0, np.cumsum(xr)] + np.r_[np.cumsum(xl[::-1])[::-1], 0.0] + xw
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hmix = -np.where(mix > 0, mix * np.log(mix), 0.0).sum(axis=1)
+            hk = -float(np.where(p > 0, p * np.log(p), 0.0).sum())
+        gain = np.maximum(hk + hmix + joint_term, 0.0)   # I(k; y) = H(k) + H(y) - H(k, y)
+        gain[sorted(self.skipped)] = 0.0
+        return gain
+
+    def _testable(self) -> list[int]:
+        return [i for i in range(self.n + 1) if i not in self.skipped]
+
+    def next_probe(self) -> int | None:
+        """The next run's position: the ends first, then the most informative (lowest on ties)."""
+        testable = self._testable()
+        if not testable:
+            return None
+        counts = self.runs_per_position()
+        for end in (0, self.n):
+            if end in testable and counts.get(end, 0) < START_RUNS:
+                return end
+        gain = self.information_gain()
+        best = max(gain[i] for i in testable)
+        return next(i for i in testable if gain[i] >= best - 1e-12)
+
+    def propose(self, jobs: int) -> list[int]:
+        """A round of up to ``jobs`` positions (see the module); repeats allowed."""
+        first = self.next_probe()
+        if first is None:
+            return []
+        picks, testable = [first], self._testable()
+        counts = self.runs_per_position()
+        starts = [e for e in (0, self.n) if e in testable for _ in range(START_RUNS - counts.get(e, 0))]
+        picks += [e for e in starts if e != first or starts.count(e) > 1][:max(jobs - 1, 0)]
+        cdf = np.cumsum(self.culprit_posterior()[1:])   # P(k <= i) for i = 1..n
+        cdf = np.r_[0.0, cdf / max(cdf[-1], 1e-300)]
+        j = 1
+        while len(picks) < jobs:
+            target = j / jobs if j < jobs else 0.5
+            picks.append(min(testable, key=lambda i: (abs(cdf[i] - target), i)))
+            j += 1
+        return picks[:jobs]
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def top(self, count: int = 10) -> list[tuple[int, float]]:
+        post = self.culprit_posterior()
+        order = sorted(range(self.n + 1), key=lambda k: (-post[k], k))
+        return [(k, float(post[k])) for k in order[:count]]
+
+    def credible_set(self, confidence: float) -> tuple[int, ...]:
+        chosen, mass = [], 0.0
+        for k, p in self.top(self.n + 1):
+            chosen.append(k)
+            mass += p
+            if mass >= confidence - 1e-12:
+                break
+        return tuple(sorted(chosen))
+
+    def sides(self, k: int) -> dict:
+        """Median, quartiles and runs of the measured values before and after culprit ``k``."""
+        pos, v = np.asarray(self.positions), np.asarray(self.values)
+
+        def describe(x: np.ndarray) -> dict:
+            if not len(x):
+                return {"runs": 0}
+            q = np.quantile(x, [0.25, 0.5, 0.75], method="nearest")   # crashes are -inf: no interpolation
+            return {"runs": int(len(x)), "median": float(q[1]), "q25": float(q[0]), "q75": float(q[2])}
+        return {"before": describe(v[pos < k]), "after": describe(v[pos >= k])}
+
+    def second_change(self, lo: int, hi: int) -> float:
+        """Posterior that the runs at positions ``lo..hi`` hold a change of their own, from even
+        odds: the search's own prior expects a change, this check must not."""
+        if hi <= lo:
+            return 0.0
+        inner = MeasuredSearch(hi - lo, self.direction, none_prior=0.5)
+        for p, v in zip(self.positions, self.values):
+            if lo <= p <= hi:
+                inner.observe(p - lo, v)
+        return 1.0 - float(inner.culprit_posterior()[0]) if inner.values else 0.0
+
+    def _answer(self, k: int, p: float) -> Decision:
+        if k == 0:
+            return Decision("no_regression", p=p)
+        side = self.sides(k)
+        for lo, hi, name in ((0, k - 1, "before"), (k, self.n, "after")):
+            if (p2 := self.second_change(lo, hi)) >= SECOND_CHANGE:
+                return Decision("misfit", p=p2, message=(
+                    f"the runs {name} the likeliest change (position {k}) change again themselves "
+                    f"(posterior {p2:.3f}): two changes, a band or a drift, not one culprit"))
+        before, after = side["before"].get("median"), side["after"].get("median")
+        wrong_way = before is not None and after is not None and (
+            (self.direction == "lower" and after > before) or (self.direction == "higher" and after < before))
+        if wrong_way:
+            return Decision("no_regression", first_bad=k, p=p, message=(
+                f"the metric changed at position {k}, but {'rose' if after > before else 'fell'} "
+                f"(median {before:.4g} -> {after:.4g}): not a regression in the direction asked"))
+        return Decision("found", first_bad=k, candidates=(k,), p=p)
+
+    def decide(self, confidence: float = 0.95, max_runs: int | None = None,
+               runs: int | None = None, since: int = 1) -> Decision:
+        """Stop (found / no_regression / misfit / skipped / unknown) or name the next probe."""
+        if not 0.5 < confidence < 1:
+            raise ValueError("confidence must be between 0.5 and 1 (exclusive)")
+        post, need = self.culprit_posterior(), needed(confidence)
+        counts = self.runs_per_position()
+        started = all(counts.get(e, 0) >= START_RUNS or e in self.skipped for e in (0, self.n))
+        best = int(np.argmax(post))
+        if started and post[best] >= need:
+            return self._answer(best, float(post[best]))
+        nxt = self.next_probe()
+        block = self._skipped_block(need)
+        if nxt is None or block is not None:
+            cands = block or tuple(k for k in self.credible_set(confidence) if k)
+            return Decision("skipped", candidates=cands, p=float(post[list(cands)].sum()) if cands else 0.0)
+        used = self.n_obs if runs is None else runs
+        if max_runs is not None and used >= max_runs:
+            inner = tuple(k for k in self.credible_set(confidence) if k)
+            return Decision("unknown", candidates=inner, p=float(post[list(inner)].sum()))
+        return Decision("probe", probe=nxt)
+
+    def _skipped_block(self, need: float) -> tuple[int, ...] | None:
+        """Culprits glued together by skipped commits, once they hold ``need`` together: a run at
+        position i tells k <= i from k > i, so a skipped i joins culprits i and i + 1."""
+        post, blocks, cur = self.culprit_posterior(), [], []
+        for k in range(1, self.n + 1):
+            cur.append(k)
+            if k not in self.skipped:
+                blocks.append(tuple(cur))
+                cur = []
+        if cur:
+            blocks.append(tuple(cur))
+        for b in blocks:
+            if len(b) > 1 and post[list(b)].sum() >= need:
+                return b
+        return None
+
+    def sure_marks(self, confidence: float) -> tuple[int | None, int | None]:
+        """(latest position surely before the change, earliest surely after), or None each."""
+        post = self.culprit_posterior()
+        changed = 1 - post[0]
+        cdf = np.r_[0.0, np.cumsum(post[1:])]       # P(k <= i), i = 0..n
+        goods = [i for i in range(self.n + 1) if changed - cdf[i] >= confidence - 1e-12]
+        bads = [i for i in range(self.n + 1) if cdf[i] >= confidence - 1e-12]
+        return (goods[-1] if goods else None), (bads[0] if bads else None)

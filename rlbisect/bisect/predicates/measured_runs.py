@@ -1,0 +1,79 @@
+"""Short runs for the measured search (``--flaky`` with ``--predicate short-run --metric M``).
+
+The short-run predicate on its own decides each commit against GOOD with 3-9 seeds. The measured
+search (:mod:`rlbisect.bisect.measured`) pools every run across commits instead, so each probe is
+one training run: :class:`MeasuredRuns` wraps the short-run predicate, the driver binds each run to
+its seed (:meth:`MeasuredRuns.bind`: the commit's n-th run trains seed n, so seeds are matched
+across commits where the trainer is deterministic), and :class:`SeededRun` trains it and returns
+the metric's score as a number, with no verdict of its own (:attr:`~rlbisect.errors.Cause.MEASURED`):
+
+    trained, metric logged (NaN/Inf too)      good   measured   values {metric, seed}
+    the code under test failed                bad    (its cause)   the worst outcome
+    cannot run, timeout, metric not logged    skip   (its cause)   no information
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from rlbisect.bisect.predicates import Probe
+from rlbisect.errors import Cause, Verdict
+from rlbisect.runs.judge import score
+
+if TYPE_CHECKING:
+    from rlbisect.bisect.predicates.short_run import ShortRunPredicate
+
+
+class MeasuredRuns:
+    """The short-run predicate as one run per probe (see the module)."""
+
+    def __init__(self, inner: ShortRunPredicate):
+        if inner.measures is None:
+            raise ValueError("the measured search needs a --metric")
+        self.inner = inner
+        self.metric, self.direction = inner.measures
+
+    def preflight(self, repo: Any, commit: str) -> None:
+        self.inner.preflight(repo, commit)
+
+    def setup(self, good: str, checkout: Callable[[], Path]) -> None:
+        self.inner.setup(good, checkout)
+
+    def identity(self) -> str:
+        # apart from the per-commit verdicts: these rows are numbers, never verdicts
+        return json.dumps({"measured": self.metric, "short_run": json.loads(self.inner.identity())},
+                          sort_keys=True)
+
+    def bind(self, index: int) -> SeededRun:
+        return SeededRun(self.inner, index)
+
+    def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
+        return self.bind(0).probe(worktree, commit, timeout)
+
+
+@dataclass
+class SeededRun:
+    """One training run of the probe's checkout with one seed, scored on the metric."""
+
+    inner: ShortRunPredicate
+    seed: int
+
+    def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
+        metric, window = self.inner.options.metric or "", self.inner.options.window
+        rows, failed, seconds = self.inner._train(worktree, [self.seed], timeout)
+        if failed is not None:
+            failed.values = {**failed.values, "seed": float(self.seed)}
+            return failed
+        runs = rows[self.seed]
+        try:
+            value = score(runs, metric, window)
+        except KeyError as e:
+            return Probe(Verdict.SKIP, {"seed": float(self.seed)}, f"with seed {self.seed}: {e.args[0]}",
+                         seconds, Cause.CANNOT_RUN)
+        shown = f"{value:.4g}" if math.isfinite(value) else f"{value} (the worst outcome)"
+        return Probe(Verdict.GOOD, {metric: value, "seed": float(self.seed)},
+                     f"{metric} = {shown} with seed {self.seed}", seconds, Cause.MEASURED)

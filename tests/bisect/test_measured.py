@@ -1,0 +1,110 @@
+"""The measured search (rlbisect.bisect.measured): it names the culprit from numbers, pooled
+across commits, and refuses to when the numbers do not support one culprit."""
+
+import numpy as np
+import pytest
+
+from rlbisect.bisect.measured import MeasuredSearch
+
+
+def search(n, culprit, draw, direction="lower", budget=400, seed=0, jobs=1):
+    """Drive a search against ``draw(rng, bad) -> value`` -> (decision, runs)."""
+    rng = np.random.default_rng(seed)
+    s, runs = MeasuredSearch(n, direction), 0
+    while (d := s.decide(0.95, budget, runs)).status == "probe":
+        for p in ([d.probe] if jobs == 1 else s.propose(jobs)):
+            s.observe(p, draw(rng, p >= culprit))
+            runs += 1
+    return d, runs, s
+
+
+@pytest.mark.parametrize("culprit", [1, 17, 32])
+def test_a_shift_of_two_spreads_is_found_in_few_runs(culprit):
+    d, runs, _ = search(32, culprit, lambda r, bad: r.normal() - (2.0 if bad else 0.0), seed=culprit)
+    assert d.status == "found" and d.first_bad == culprit and runs < 150
+
+
+def test_heavy_tails_and_outliers_do_not_mislead():
+    def draw(r, bad):
+        x = r.standard_t(2) + (1e6 if r.random() < 0.05 else 0.0)   # 5% wild outliers
+        return x - (3.0 if bad else 0.0)
+    d, _, _ = search(16, 9, draw, seed=3)
+    assert d.status == "found" and d.first_bad == 9
+
+
+def test_a_change_of_spread_alone_is_found_when_any_change_counts():
+    d, _, s = search(16, 6, lambda r, bad: r.normal() * (3.0 if bad else 1.0), direction="change", seed=1)
+    assert d.status == "found" and d.first_bad == 6
+    sides = s.sides(6)
+    assert sides["before"]["runs"] > 2 and sides["after"]["runs"] > 2
+
+
+def test_a_rise_is_not_a_regression_when_lower_was_asked():
+    d, _, _ = search(16, 5, lambda r, bad: r.normal() + (3.0 if bad else 0.0), seed=2)
+    assert d.status == "no_regression" and d.first_bad == 5 and "rose" in d.message
+
+
+def test_crashes_count_as_the_worst_outcome():
+    d, _, _ = search(16, 11, lambda r, bad: float("nan") if bad else r.normal(), seed=4)
+    assert d.status == "found" and d.first_bad == 11
+
+
+def test_nothing_changed_names_no_culprit():
+    for seed in range(5):
+        d, runs, _ = search(16, 99, lambda r, bad: r.normal(), budget=150, seed=seed)
+        assert d.status in ("unknown", "no_regression") and runs <= 150
+
+
+def test_two_changes_are_a_misfit_not_a_culprit():
+    """Runs everywhere on a band (5..10 lower) and a later drop (14 on): no single culprit."""
+    rng = np.random.default_rng(5)
+    s = MeasuredSearch(16, "lower")
+    for p in range(17):
+        for _ in range(6):
+            s.observe(p, rng.normal() - (4.0 if 5 <= p <= 10 else 0.0) - (8.0 if p >= 14 else 0.0))
+    d = s.decide(0.95, 400)
+    assert d.status == "misfit" and "change again" in d.message
+    clean = MeasuredSearch(16, "lower")   # the same runs with one drop: named
+    for p in range(17):
+        for _ in range(6):
+            clean.observe(p, rng.normal() - (8.0 if p >= 14 else 0.0))
+    assert clean.decide(0.95, 400).first_bad == 14
+
+
+def test_skipped_commits_glue_their_culprits():
+    s = MeasuredSearch(8, "lower")
+    rng = np.random.default_rng(0)
+    s.observe(4, None)   # commit 4 cannot be run
+    runs = 0
+    while (d := s.decide(0.95, 400, runs)).status == "probe":
+        assert d.probe != 4
+        s.observe(d.probe, rng.normal() - (3.0 if d.probe >= 5 else 0.0))
+        runs += 1
+    assert d.status == "skipped" and set(d.candidates) == {4, 5}
+
+
+def test_a_round_of_jobs_starts_with_the_sequential_pick():
+    _, _, s = search(32, 20, lambda r, bad: r.normal() - (1.0 if bad else 0.0), budget=12, seed=6)
+    assert s.propose(4)[0] == s.next_probe() and len(s.propose(4)) == 4
+    assert (s.information_gain() >= 0).all()
+
+
+def test_jobs_take_fewer_rounds_and_find_the_same():
+    d1, runs1, _ = search(32, 13, lambda r, bad: r.normal() - (2.0 if bad else 0.0), seed=8)
+    rng = np.random.default_rng(8)
+    s, runs, rounds = MeasuredSearch(32, "lower"), 0, 0
+    while (d := s.decide(0.95, 400, runs)).status == "probe":
+        rounds += 1
+        for p in s.propose(4):
+            s.observe(p, rng.normal() - (2.0 if p >= 13 else 0.0))
+            runs += 1
+    assert d1.first_bad == d.first_bad == 13 and rounds <= 0.45 * runs1
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError):
+        MeasuredSearch(0)
+    with pytest.raises(ValueError):
+        MeasuredSearch(4, "up")
+    with pytest.raises(ValueError):
+        MeasuredSearch(4).observe(5, 1.0)

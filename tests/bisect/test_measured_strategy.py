@@ -1,0 +1,74 @@
+"""``--flaky`` with short runs and ``--metric``: the measured search through the real driver,
+on a toy trainer whose every commit reseeds its stream (history_fixtures/noisy_trainer.py)."""
+
+import sys
+from collections import defaultdict
+
+import pytest
+
+from history_fixtures.noisy_trainer import build
+from rlbisect.bisect import bisect, make_predicate
+from rlbisect.bisect.options import BisectOptions
+from rlbisect.errors import Cause, Status, Verdict
+
+pytestmark = pytest.mark.slow   # each probe starts the toy trainer
+
+COMMAND = [sys.executable, "train.py", "--seed", "{seed}", "--out", "{out}"]
+
+
+def predicate():
+    return make_predicate("short-run", command=COMMAND,
+                          options={"metric": "reward", "direction": "lower"})
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    root = tmp_path_factory.mktemp("noisy") / "repo"
+    return root, build(root, 12, 8, 3.0, salt=4)
+
+
+def test_the_measured_search_names_the_culprit_from_one_run_per_probe(history):
+    root, shas = history
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True, use_cache=False))
+    assert res.status is Status.FOUND and res.first_bad == shas[8] and res.strategy == "measured"
+    assert all(p.cause is Cause.MEASURED and "reward" in p.values for p in res.probes)
+    seeds = defaultdict(list)
+    for p in res.probes:          # the n-th run at a commit trains seed n: matched across commits
+        seeds[p.commit].append(int(p.values["seed"]))
+    assert all(s == list(range(len(s))) for s in seeds.values())
+    assert res.extra["n_runs"] == len(res.probes) and "median" in res.message
+    assert "reward at GOOD median" in res.summary()
+
+
+def test_recorded_runs_are_evidence_for_the_next_search(history):
+    root, shas = history
+    first = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True))
+    again = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True))
+    recorded = [p for p in again.probes if p.cached]
+    assert first.first_bad == again.first_bad == shas[8]
+    assert len(recorded) >= len([p for p in first.probes if not p.cached])
+    assert again.extra["n_runs"] < first.extra["n_runs"]   # new runs only where still needed
+    fresh = defaultdict(list)
+    for p in again.probes:   # a fresh run continues its commit's seeds after the recorded ones
+        fresh[p.commit].append(int(p.values["seed"]))
+    assert all(len(set(s)) == len(s) for s in fresh.values())
+
+
+def test_jobs_run_rounds_of_the_measured_search(history):
+    root, shas = history
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(),
+                 BisectOptions(flaky=True, jobs=3, use_cache=False))
+    assert res.first_bad == shas[8] and res.rounds < len(res.probes)
+
+
+def test_crashing_runs_are_the_worst_outcome(tmp_path):
+    root = tmp_path / "repo"
+    shas = build(root, 8, 5, 0.0, salt=1)
+    from helpers import git
+    text = (root / "train.py").read_text()   # from a new commit on, training raises
+    (root / "train.py").write_text(text.replace("a = p.parse_args()", "a = p.parse_args()\nraise SystemExit(3)"))
+    git(root, "commit", "-qam", "training breaks")
+    bad = git(root, "rev-parse", "HEAD").strip()
+    res = bisect(root, f"{shas[0]}..{bad}", predicate(), BisectOptions(flaky=True, use_cache=False))
+    assert res.status is Status.FOUND and res.first_bad == bad
+    assert any(p.verdict is Verdict.BAD for p in res.probes)
