@@ -32,6 +32,7 @@ from rlbisect.steps.format import Snapshot
 #: from a snapshot only selects one of these: no import path is ever read out of a snapshot.
 REPLAYERS: Registry[Callable[[Snapshot, "str | None"], "Replayed"]] = Registry("replayer")
 REPLAYERS.register("reference_trainer", "rlbisect.tinyagent.replay:replay_reference")
+REPLAYERS.register("verl", "rlbisect.frameworks.verl.snapshot:replay")
 
 
 class ReplayError(InputError):

@@ -247,21 +247,14 @@ def forward_backward(module: torch.nn.Module, td, loss_fn: Callable, logits_seen
 
 
 def train_batch(module: torch.nn.Module, td, loss_fn: Callable, optimizer, clip_grad: float,
-                logits_seen: Optional[list] = None) -> float:
+                logits_seen: Optional[list] = None) -> dict:
     """verl's `BaseEngine.train_batch`: zero_grad, `forward_backward_batch`, `optimizer_step`
-    (clip to `clip_grad`, skip a non-finite norm, step) -> the norm before clipping."""
+    (clip to `clip_grad`, skip a non-finite norm, step) -> its output (the micro-batches' losses,
+    the metrics with the norm before clipping)."""
     one_process_group()
     with on_cpu():
-        out = engine(module, optimizer=optimizer, clip_grad=clip_grad, seen=logits_seen).train_batch(
+        return engine(module, optimizer=optimizer, clip_grad=clip_grad, seen=logits_seen).train_batch(
             td, loss_function=loss_fn)
-    return float(out["metrics"]["grad_norm"])
-
-
-def mini_batches(td, mini_batch_size: int, epochs: int, seed: int, shuffle: bool) -> Iterator[Any]:
-    """`ActorWorker.train_mini_batch`'s iterator: `tu.make_iterator` with the actor's data-loader seed."""
-    from verl.utils import tensordict_utils as tu
-    return iter(tu.make_iterator(td, mini_batch_size=mini_batch_size, epochs=epochs, seed=seed,
-                                 dataloader_kwargs={"shuffle": shuffle}))
 
 
 def optimizer(module: torch.nn.Module, lr: float, weight_decay: float):

@@ -56,9 +56,10 @@ class VerlAdapter:
         self._initial = tiny.policy(0)
         self.run_variant = {k: val for d in self.variants.values() for k, val in d.items()} or None
 
-    def train_run(self, steps: int, seed: int, eval_every: int, tap=None, settings: Optional[dict] = None):
+    def train_run(self, steps: int, seed: int, eval_every: int, tap=None, settings: Optional[dict] = None,
+                  on_worker=None):
         from rlbisect.frameworks.verl import run
-        return run.train_run(self, steps, seed, eval_every, tap, settings)
+        return run.train_run(self, steps, seed, eval_every, tap, settings, on_worker)
 
     def run_spec(self, steps: int, settings: Optional[dict] = None):
         from rlbisect.frameworks.verl import run
@@ -182,10 +183,9 @@ class VerlAdapter:
         """verl's `forward_step` with `ppo_loss` over `rows` as one micro-batch (the engine's
         mini-batch token count and size set as `forward_backward_batch` sets them). ``ref`` switches
         the KL loss on; its reference log-probs are the ones stored with the batch."""
-        batch = self._own(batch)
-        from verl.utils import tensordict_utils as tu
-        td = self._nopad(self._rows(batch, rows, prep), len(rows))
-        tu.assign_non_tensor(td, sp_size=1, batch_num_tokens=int(td["loss_mask"].sum()), dp_size=1)
+        from verl.utils.tensordict_utils import assign_non_tensor
+        td = self._nopad(self._rows(self._own(batch), rows, prep), len(rows))
+        assign_non_tensor(td, sp_size=1, batch_num_tokens=int(td["loss_mask"].sum()), dp_size=1)
         seen: list = []
         fn = v.loss_function(self.config(kl=ref is not None, rows=len(rows)), tap, lambda d: d[ROW], seen)
         v.one_process_group()
@@ -210,19 +210,29 @@ class VerlAdapter:
         batch = self._own(batch)
         return self.train_step(model, batch, ref is not None, tap, v.optimizer(model, self.s["lr"], 0.0))
 
-    def train_step(self, model, batch, kl: bool, tap, opt) -> dict:
+    def train_step(self, model, batch, kl: bool, tap, opt, worker=None) -> dict:
+        """One update through `worker.train_mini_batch` (default: the demo's, `worker.py`)."""
         s, td = self.s, batch["td"]
         size = len(td) // s["mini_batches"]
-        nopad = self._nopad(td, size)
         seen: list = []
-        logits: list = []
-        fn = v.loss_function(self.config(kl=kl, rows=size), _recording(seen, tap), lambda d: d[ROW], logits)
-        norms = []
+        worker = worker or self.worker(model, opt, kl, size)
+        worker.tap = _recording(seen, tap)
         with self.fault():
-            for mini in v.mini_batches(nopad, size, s["ppo_epochs"], 42, s["shuffle"]):
-                norms.append(v.train_batch(model, mini, fn, opt, s["clip_grad"], logits))
-                logits.clear()
-        return {**_ratio_stats(seen), "grad_norm": norms[0], "optimizer_steps": len(norms)}
+            metrics = worker.train_mini_batch(self.update_batch(td, size))
+        return {**_ratio_stats(seen), "grad_norm": float(metrics["grad_norm"][0]),
+                "optimizer_steps": len(metrics["grad_norm"])}
+
+    def update_batch(self, td, size: int):
+        """The batch `RayPPOTrainer._update_actor` hands the actor: no padding, the mini-batch keys."""
+        from verl.utils.tensordict_utils import assign_non_tensor
+        out = self._nopad(td, size)
+        assign_non_tensor(out, mini_batch_size=size, epochs=self.s["ppo_epochs"], seed=42,
+                          dataloader_kwargs={"shuffle": self.s["shuffle"]})
+        return out
+
+    def worker(self, model, opt, kl: bool, size: int):
+        from rlbisect.frameworks.verl.worker import DemoWorker as Worker
+        return Worker(model, opt, self.s["clip_grad"], self.config(kl=kl, rows=size), lambda d: d[ROW])
 
     def make_ref(self, model):
         if not self.s["use_kl_loss"]:

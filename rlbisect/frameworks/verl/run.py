@@ -11,7 +11,7 @@ call; torch's optimizer hook sees every step. There is no evaluation (the evalua
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -19,10 +19,15 @@ from rlbisect.check.spec import RunSpec, Schedule
 from rlbisect.frameworks.verl import _internals as v, tiny
 
 
-def train_run(adapter, steps: int, seed: int, eval_every: int, tap=None, settings: Optional[dict] = None) -> list[dict]:
+def train_run(adapter, steps: int, seed: int, eval_every: int, tap=None, settings: Optional[dict] = None,
+              on_worker: Optional[Callable] = None) -> list[dict]:
+    """``on_worker`` is handed the run's worker before the first step (the snapshot hook's `watch`)."""
     run = adapter.with_settings(**(settings or {})) if settings else adapter
     model = run.policy()
     opt = v.optimizer(model, run.s["lr"], 0.0)
+    worker = run.worker(model, opt, run.s["use_kl_loss"], run.episodes // run.s["mini_batches"])
+    if on_worker is not None:
+        on_worker(worker)
     all_tasks = tiny.tasks()
     n = run.episodes // tiny.GROUP
     out = []
@@ -32,7 +37,7 @@ def train_run(adapter, steps: int, seed: int, eval_every: int, tap=None, setting
         batch, truth = run.scored(model, rows, seed * 1000 + step)
         if tap is not None:
             tap("sampled", step=step, model=model, batch=batch, truth=truth)
-        stats = run.train_step(model, batch, run.s["use_kl_loss"], tap, opt)
+        stats = run.train_step(model, batch, run.s["use_kl_loss"], tap, opt, worker)
         out.append({"step": step, "reward": float(truth.rewards.mean()), **stats})
     return out
 
