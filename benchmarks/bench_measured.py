@@ -21,7 +21,11 @@ commits, every commit reseeding the stream: ``history_fixtures/noisy_trainer.py`
 --predicate short-run --metric reward --direction lower`` against the same command without
 ``--flaky``.
 
+``--min-effect X``: the measured search with a smallest move worth naming of X seed spreads, on a
+flat metric (nothing changed) and the rows, beside the same search without one.
+
 Usage: python benchmarks/bench_measured.py [--histories 200] [--repeats 20] [--rows ...] [--real 20]
+       [--min-effect 0.5]
 """
 
 from __future__ import annotations
@@ -74,8 +78,8 @@ class History:
         return abs(x) > 1 if self.kind == "spread" else x < -self.shift / 2
 
 
-def measured(h: History, jobs: int = 1) -> tuple[int | None, int, int]:
-    s = MeasuredSearch(N, "change" if h.kind == "spread" else "lower")
+def measured(h: History, jobs: int = 1, min_effect: float | None = None) -> tuple[int | None, int, int, str]:
+    s = MeasuredSearch(N, "change" if h.kind == "spread" else "lower", min_effect=min_effect)
     seen: dict[int, int] = {}
     runs = rounds = 0
     while (d := s.decide(0.95, BUDGET, runs)).status == "probe":
@@ -85,7 +89,7 @@ def measured(h: History, jobs: int = 1) -> tuple[int | None, int, int]:
             s.observe(p, h.run(p, seen.get(p, 0)))
             seen[p] = seen.get(p, 0) + 1
             runs += 1
-    return (d.first_bad if d.status == "found" else None), runs, rounds
+    return (d.first_bad if d.status == "found" else None), runs, rounds, d.status
 
 
 def per_commit(h: History, judge, cost: int) -> tuple[int | None, int]:
@@ -183,11 +187,11 @@ def simulated(histories: int, repeats: int, rows: list[str]) -> None:
         truth = [h.culprit for h in hs]
         m = [measured(h) for h in hs]
         print(f"== {row} ({histories} histories of {N} commits)")
-        print(f"  measured          {tally([(c, r) for c, r, _ in m], truth)}")
+        print(f"  measured          {tally([(c, r) for c, r, *_ in m], truth)}")
         m4 = [measured(h, 4) for h in hs]
-        ratio = np.mean([r for _, _, r in m4]) / np.mean([r for _, r, _ in m])
-        print(f"  measured --jobs 4 {tally([(c, r) for c, r, _ in m4], truth)}; rounds "
-              f"{np.mean([r for _, _, r in m4]):.1f} = {ratio:.2f}x its sequential runs")
+        ratio = np.mean([x[2] for x in m4]) / np.mean([x[1] for x in m])
+        print(f"  measured --jobs 4 {tally([(c, r) for c, r, *_ in m4], truth)}; rounds "
+              f"{np.mean([x[2] for x in m4]):.1f} = {ratio:.2f}x its sequential runs")
         print(f"  short-run         {tally([short_run(h) for h in hs], truth)}")
         print(f"  pinpoint x{repeats:<7d}{tally([pinpoint(h, repeats) for h in hs], truth)}")
         print(f"  flaky (binary)    {tally([binary(h, 'flaky') for h in hs], truth)}")
@@ -196,6 +200,28 @@ def simulated(histories: int, repeats: int, rows: list[str]) -> None:
         print(f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
     if not peer:
         print(f"git-bayesect rows left out: {available()}")
+
+
+def smallest_move(histories: int, delta: float, rows: list[str]) -> None:
+    """``--min-effect``: the measured search with a smallest move worth naming, on a flat metric
+    (right = "nothing changed") and on the rows (right = the culprit), beside it without one."""
+    for row in ["flat", *(r for r in rows if ROWS[r][0] != "spread")]:
+        kind, shift = ("normal", 0.0) if row == "flat" else ROWS[row]
+        hs = [History(kind, shift, 1000 * i + 7) for i in range(histories)]
+        for label, me in ((f"--min-effect {delta:g}", delta), ("without", None)):
+            got = [measured(h, 1, me) for h in hs]
+            runs = np.array([g[1] for g in got])
+            if row == "flat":       # right: "nothing changed"; none: not sure (the budget spent)
+                right = sum(g[3] == "no_regression" for g in got)
+                wrong = sum(g[0] is not None for g in got)
+            else:
+                right = sum(g[0] == h.culprit for g, h in zip(got, hs))
+                wrong = sum(g[0] is not None and g[0] != h.culprit for g, h in zip(got, hs))
+            budget, nothing = int((runs >= BUDGET).sum()), sum(g[3] == "no_regression" for g in got)
+            said = "" if row == "flat" else f", {nothing} of them 'nothing changed'"
+            print(f"  {row:11s} {label:17s} {100 * right / histories:5.1f}% right, {wrong:3d} wrong, "
+                  f"{histories - right - wrong:3d} none ({budget} at the budget{said}); runs {runs.mean():6.1f} "
+                  f"(p95 {np.percentile(runs, 95):4.0f})", flush=True)
 
 
 def real(count: int, shifts: list[float]) -> None:
@@ -230,13 +256,20 @@ def real(count: int, shifts: list[float]) -> None:
 
 
 def main() -> None:
+    global BUDGET
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--histories", type=int, default=200)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of: {', '.join(ROWS)}")
     p.add_argument("--real", type=int, default=0, help="also this many real histories per shift")
     p.add_argument("--shifts", default="1,2,4", help="--real: the shifts in seed spreads")
+    p.add_argument("--min-effect", type=float, default=None, help="only the smallest-move rows, at this size")
+    p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
     a = p.parse_args()
+    BUDGET = a.budget
+    if a.min_effect:
+        smallest_move(a.histories, a.min_effect, [r.strip() for r in a.rows.split(",") if r.strip()])
+        return
     if a.histories:
         simulated(a.histories, a.repeats, [r.strip() for r in a.rows.split(",") if r.strip()])
     if a.real:

@@ -24,8 +24,9 @@ boundary once it is sharp.
 
 Stop: as :mod:`rlbisect.bisect.bayes` (the same :class:`~rlbisect.bisect.bayes.Decision`):
 ``found`` once the top culprit reaches ``1 - (1 - confidence) / MARGIN``; ``no_regression`` when
-``NONE`` does; ``skipped`` when only skipped commits separate the likeliest culprits; ``unknown``
-at the budget. Before a culprit is named, each side is searched for a change of its own; one found
+``NONE`` does, or with ``min_effect`` when no move that large the way asked is left (``negligible``,
+after ``16 / min_effect^2`` runs: two standard errors of a half-and-half split); ``skipped`` when
+only skipped commits separate the likeliest culprits; ``unknown`` at the budget. Before a culprit is named, each side is searched for a change of its own; one found
 there (posterior >= :data:`SECOND_CHANGE`) is ``misfit``: two changes, a band or a drift, and no
 single culprit. Measured in ``benchmarks/bench_measured.py`` (docs/noisy.md).
 """
@@ -38,7 +39,7 @@ from typing import Literal
 import numpy as np
 
 from rlbisect.bisect.bayes import Decision, needed
-from rlbisect.bisect.measured_fit import GRID, normal_scores, side_loglik, side_predictive
+from rlbisect.bisect.measured_fit import GRID, normal_scores, side_loglik, side_predictive, small_move
 
 NONE_PRIOR = 0.04                #: prior that nothing in the range changed the metric
 START_RUNS = 2                   #: runs at GOOD and at BAD before any other
@@ -53,14 +54,17 @@ class MeasuredSearch:
     The posterior's index 0 is ``NONE`` (nothing changed), index ``k`` in ``1..n`` the culprit.
     """
 
-    def __init__(self, n: int, direction: Direction = "change", none_prior: float = NONE_PRIOR):
+    def __init__(self, n: int, direction: Direction = "change", none_prior: float = NONE_PRIOR,
+                 min_effect: float | None = None):
         if n < 1:
             raise ValueError("need at least one commit after GOOD (n >= 1)")
         if direction not in ("lower", "higher", "change"):
             raise ValueError(f"direction must be lower, higher or change, not {direction!r}")
         if not 0 < none_prior < 1:
             raise ValueError("none_prior must lie in (0, 1)")
-        self.n, self.direction = n, direction
+        if min_effect is not None and (direction == "change" or not min_effect > 0):
+            raise ValueError("min_effect needs direction lower or higher and a size above 0")
+        self.n, self.direction, self.min_effect = n, direction, min_effect
         self._log_prior = np.log(np.r_[none_prior, np.full(n, (1 - none_prior) / n)])
         self.positions: list[int] = []
         self.values: list[float] = []
@@ -146,7 +150,6 @@ class MeasuredSearch:
 
     def _testable(self) -> list[int]:
         return [i for i in range(self.n + 1) if i not in self.skipped]
-
     def next_probe(self) -> int | None:
         """The next run's position: the ends first, then the most informative (lowest on ties)."""
         testable = self._testable()
@@ -193,6 +196,16 @@ class MeasuredSearch:
             if mass >= confidence - 1e-12:
                 break
         return tuple(sorted(chosen))
+
+    def negligible(self) -> float:
+        """Posterior that no commit moved the mean by ``min_effect`` (in normal scores: about seed
+        spreads) or more the way asked: ``NONE`` plus each culprit times the chance its sides' means
+        differ by less (the difference's t taken as a normal)."""
+        c, k = self._update(), np.arange(1, self.n + 1)
+        m, s, q = c["m"], c["s"], c["q"]
+        below = small_move((m[k], s[k], q[k]), (m[-1] - m[k], s[-1] - s[k], q[-1] - q[k]),
+                           float(self.min_effect or 0.0), self.direction == "higher")
+        return float(c["post"][0] + (c["post"][1:] * below).sum())
 
     def sides(self, k: int) -> dict:
         """Median, quartiles and runs of the measured values before and after culprit ``k``."""
@@ -245,6 +258,11 @@ class MeasuredSearch:
         best = int(np.argmax(post))
         if started and post[best] >= need:
             return self._answer(best, float(post[best]))
+        if started and self.min_effect is not None and self.n_obs >= 16 / self.min_effect ** 2 \
+                and (small := self.negligible()) >= need:
+            return Decision("no_regression", p=small, message=(
+                f"no {'drop' if self.direction == 'lower' else 'rise'} of {self.min_effect:g} seed spreads or "
+                f"more anywhere in the range (posterior {small:.3f})"))
         nxt = self.next_probe()
         block = self._skipped_block(need)
         if nxt is None or block is not None:

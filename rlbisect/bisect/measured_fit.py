@@ -66,3 +66,21 @@ def side_predictive(m: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
     logd = -(nu + 1) / 2 * np.log1p((GRID[None, :] - loc) ** 2 / (nu * scale2)) - 0.5 * np.log(scale2)
     d = np.exp(logd - logd.max(axis=1, keepdims=True))
     return d / d.sum(axis=1, keepdims=True)
+
+
+
+def small_move(before: tuple, after: tuple, delta: float, higher: bool) -> np.ndarray:
+    """Per split, the posterior that the mean score moved by less than ``delta`` the way asked
+    (up if ``higher``, else down), from each side's (count, sum, square sum): the difference of the
+    sides' posterior means, its t (variance nu / (nu - 2) times its scale) taken as a normal."""
+    loc, var = [], []
+    for m, s, q in (before, after):
+        m = np.asarray(m, float)
+        safe = np.maximum(m, 1)
+        b = B0 + 0.5 * np.maximum(q - s * s / safe, 0.0) + KAPPA0 * s * s / safe / (2 * (KAPPA0 + m))
+        a, kap = A0 + m / 2, KAPPA0 + m
+        loc.append(s / kap)
+        var.append(b / (a * kap) * np.where(2 * a > 2, 2 * a / np.maximum(2 * a - 2, 1e-9), 3.0))
+    move = (loc[1] - loc[0]) if higher else (loc[0] - loc[1])
+    z = (delta - move) / np.sqrt(var[0] + var[1])
+    return 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))

@@ -56,6 +56,11 @@ class BisectOptions(BaseModel):
                                      "choosing --confidence)")
     max_runs: int | None = Field(None, ge=1, description="--flaky: predicate runs at most "
                                  "(default: 60 per halving of the range, at least 120)")
+    min_effect: float | None = Field(None, gt=0, description="--flaky on short runs with --metric and "
+                                     "--direction lower|higher: the smallest move of the metric worth "
+                                     "naming, in seed spreads; when none that large happened anywhere in "
+                                     "the range the answer is 'nothing changed' (exit 5) instead of the "
+                                     "budget spent (exit 3)")
     terms: tuple[str, str] | None = Field(None, description="find the first commit where the predicate "
                                           "starts passing (a fix): GOOD..BAD is OLD..NEW, failing at OLD "
                                           "and passing at NEW, named by these two words (git bisect's "
@@ -71,7 +76,7 @@ class BisectOptions(BaseModel):
         if self.flaky and self.verify:
             raise ValueError("--verify is for a deterministic predicate; --flaky repeats runs itself")
         if not self.flaky:
-            for name in ("confidence", "max_runs"):
+            for name in ("confidence", "max_runs", "min_effect"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"--{name.replace('_', '-')} needs --flaky")
         elif self.diagnose:

@@ -120,16 +120,20 @@ class MeasuredPosterior(Posterior):
     name = "measured"
 
     def __init__(self, measures: tuple[str, str], confidence: float = 0.95,
-                 max_runs: int | None = None, jobs: int = 1):
+                 max_runs: int | None = None, jobs: int = 1, min_effect: float | None = None):
         super().__init__(confidence, max_runs, jobs)
         self.metric, self.direction = measures
+        if min_effect is not None and self.direction == "change":
+            from rlbisect.errors import InputError
+            raise InputError("--min-effect is a move one way: give --direction lower or higher")
+        self.min_effect = min_effect
 
     def wrap(self, predicate: Any) -> Any:
         return predicate.one_run_per_probe()
 
     def new_search(self, n: int) -> Any:
         from rlbisect.bisect.measured import MeasuredSearch
-        return MeasuredSearch(n, self.direction)   # type: ignore[arg-type]   # the predicate validated it
+        return MeasuredSearch(n, self.direction, min_effect=self.min_effect)  # type: ignore[arg-type]
 
     def _value(self, probe: Any) -> float | None:
         if probe.verdict is Verdict.GOOD and probe.cause is Cause.MEASURED:
@@ -167,7 +171,7 @@ class MeasuredPosterior(Posterior):
         d = self.decision
         k = d.first_bad if d is not None and d.first_bad else int(self.search.top(1)[0][0])
         return {"confidence": self.confidence, "max_runs": self.max_runs, "n_runs": self.runs,
-                "outcome": outcome, "metric": self.metric, "direction": self.direction,
+                "outcome": outcome, "metric": self.metric, "direction": self.direction, "min_effect": self.min_effect,
                 "posterior": self.top(), "sides": self.search.sides(k) if k else {},
                 "runs_per_commit": {self.order[p]: n for p, n in self.search.runs_per_position().items()}}
 

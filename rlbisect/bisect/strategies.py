@@ -28,7 +28,7 @@ from typing import Any, Protocol, Sequence
 
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.search import BisectState
-from rlbisect.errors import Status, Verdict
+from rlbisect.errors import InputError, Status, Verdict
 
 Verdicts = Sequence[tuple[str, Verdict]]   # (commit, verdict), in probe order
 Marks = list[tuple[str, Verdict]]          # what to tell git, in order
@@ -218,7 +218,10 @@ def make_strategy(options: BisectOptions, predicate: Any = None) -> Strategy:
         from rlbisect.bisect.posterior import MeasuredPosterior, Posterior
         if getattr(predicate, "measures", None):
             return MeasuredPosterior(predicate.measures, options.confidence or 0.95, options.max_runs,
-                                     options.jobs)
+                                     options.jobs, options.min_effect)
+        if options.min_effect is not None:
+            raise InputError("--min-effect needs a predicate that measures a number: --predicate short-run "
+                             "--metric M --direction lower|higher")
         return Posterior(options.confidence or 0.95, options.max_runs, options.jobs)
     if options.jobs > 1:
         return KAry(options.jobs, options.confirm_endpoints)

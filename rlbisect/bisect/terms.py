@@ -9,7 +9,8 @@ the same, both ends confirmed: the predicate must fail at OLD and pass at NEW. U
 run``, which marks exit 0 as the old state whatever it is called, here exit 0 (passing) is new.
 
 A predicate that judges a commit against GOOD (short-run: "moved beyond GOOD's seed spread")
-cannot be inverted this way: it is refused.
+cannot be inverted this way: it is refused. With ``--flaky`` and ``--metric`` it need not be: the
+measured search reads numbers, not verdicts, and looks for the move opposite the bug's direction.
 """
 
 from __future__ import annotations
@@ -60,6 +61,21 @@ class FixSearch:
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         return invert(self.predicate.probe(worktree, commit, timeout))
+
+    @property
+    def measures(self) -> tuple[str, str] | None:
+        """A measured predicate's (metric, direction) with the direction turned: the bug is
+        ``direction``, so its fix is the move the other way (``change`` stays a change)."""
+        inner = getattr(self.predicate, "measures", None)
+        if not inner:
+            return None
+        metric, direction = inner
+        return metric, {"lower": "higher", "higher": "lower"}.get(direction, direction)
+
+    def one_run_per_probe(self) -> Any:
+        """The measured search needs no inverted verdict: its runs are numbers, searched for the
+        move :attr:`measures` names."""
+        return self.predicate.one_run_per_probe()
 
 
 def invert(probe: Probe) -> Probe:

@@ -69,6 +69,7 @@ def run_cmd(
     flaky: bool = typer.Option(False, "--flaky", help=doc(B, "flaky") + "; bisects the first-parent chain"),
     confidence: float = typer.Option(None, "--confidence", help=doc(B, "confidence")),
     max_runs: int = typer.Option(None, "--max-runs", help=doc(B, "max_runs")),
+    min_effect: float = typer.Option(None, "--min-effect", help=doc(B, "min_effect") + ", e.g. 0.5"),
     terms: str = typer.Option(None, "--terms", metavar="OLD,NEW", help=doc(B, "terms")),
     find_fix: bool = typer.Option(False, "--find-fix", help="--terms broken,fixed: the first commit where "
                                   "the predicate passes"),
@@ -113,7 +114,7 @@ def run_cmd(
     options = bisect_options(first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
                              confirm_endpoints=confirm_endpoints, verify=verify, jobs=jobs, executor=executor,
                              ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
-                             flaky=flaky, confidence=confidence, max_runs=max_runs,
+                             flaky=flaky, confidence=confidence, max_runs=max_runs, min_effect=min_effect,
                              terms=parse_terms(terms, find_fix))
     outputs = {flag: output_path(p, flag) for flag, p in
                (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}

@@ -7,10 +7,10 @@ import pytest
 from rlbisect.bisect.measured import MeasuredSearch
 
 
-def search(n, culprit, draw, direction="lower", budget=400, seed=0, jobs=1):
+def search(n, culprit, draw, direction="lower", budget=400, seed=0, jobs=1, min_effect=None):
     """Drive a search against ``draw(rng, bad) -> value`` -> (decision, runs)."""
     rng = np.random.default_rng(seed)
-    s, runs = MeasuredSearch(n, direction), 0
+    s, runs = MeasuredSearch(n, direction, min_effect=min_effect), 0
     while (d := s.decide(0.95, budget, runs)).status == "probe":
         for p in ([d.probe] if jobs == 1 else s.propose(jobs)):
             s.observe(p, draw(rng, p >= culprit))
@@ -108,3 +108,29 @@ def test_bad_input_is_refused():
         MeasuredSearch(4, "up")
     with pytest.raises(ValueError):
         MeasuredSearch(4).observe(5, 1.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_smallest_move_worth_naming_ends_a_flat_range_early(seed):
+    flat = lambda r, bad: r.normal()   # noqa: E731
+    d, runs, s = search(64, 65, flat, budget=420, seed=seed, min_effect=0.5)
+    assert d.status == "no_regression" and "no drop of 0.5 seed spreads" in d.message
+    assert 16 / 0.25 <= runs < 250 and s.negligible() >= 0.975
+    d, runs, _ = search(64, 65, flat, budget=420, seed=seed)      # without it: the budget, no answer
+    assert d.status == "unknown" and runs == 420
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_move_twice_the_smallest_is_answered_as_without_it(seed):
+    def drop(r, bad):
+        return r.normal() - (1.0 if bad else 0.0)
+    d, runs, s = search(64, 20 + seed, drop, budget=420, seed=seed, min_effect=0.5)
+    assert d.status == "found" and s.negligible() < 0.5
+    assert (d, runs) == search(64, 20 + seed, drop, budget=420, seed=seed)[:2]
+
+
+def test_the_smallest_move_is_one_way():
+    with pytest.raises(ValueError, match="min_effect needs direction lower or higher"):
+        MeasuredSearch(8, "change", min_effect=0.5)
+    with pytest.raises(ValueError, match="min_effect"):
+        MeasuredSearch(8, "lower", min_effect=0.0)

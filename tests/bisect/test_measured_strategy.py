@@ -72,3 +72,24 @@ def test_crashing_runs_are_the_worst_outcome(tmp_path):
     res = bisect(root, f"{shas[0]}..{bad}", predicate(), BisectOptions(flaky=True, use_cache=False))
     assert res.status is Status.FOUND and res.first_bad == bad
     assert any(p.verdict is Verdict.BAD for p in res.probes)
+
+
+def test_a_flat_metric_with_a_smallest_move_ends_nothing_changed(tmp_path):
+    root = tmp_path / "flat"
+    shas = build(root, 12, 6, 0.0, salt=9)
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(),
+                 BisectOptions(flaky=True, use_cache=False, min_effect=1.0, max_runs=150))
+    assert res.status is Status.BAD_PASSES and res.first_bad is None
+    assert "no drop of 1 seed spreads or more" in res.message
+    assert 16 <= res.extra["n_runs"] < 150 and res.extra["min_effect"] == 1.0
+
+
+def test_find_fix_searches_the_numbers_for_the_move_back(tmp_path):
+    root = tmp_path / "fixed"
+    shas = build(root, 12, 5, -3.0, salt=11)       # the reward is 3 spreads higher from commit 5 on
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(),
+                 BisectOptions(flaky=True, use_cache=False, terms=("broken", "fixed")))
+    assert res.status is Status.FOUND and res.first_bad == shas[5] and res.strategy == "measured"
+    assert res.extra["direction"] == "higher"
+    broke = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True, use_cache=False))
+    assert broke.status is Status.BAD_PASSES and "rose" in broke.message   # no regression: it got better

@@ -117,3 +117,21 @@ def test_the_options_choose_the_strategy():
     assert isinstance(make_strategy(BisectOptions(jobs=4)), KAry)
     assert isinstance(make_strategy(BisectOptions(flaky=True)), Posterior)
     assert not make_strategy(BisectOptions(flaky=True)).recall
+
+
+def test_a_smallest_move_needs_a_measured_one_way_search():
+    from pydantic import ValidationError
+
+    from rlbisect.bisect.posterior import MeasuredPosterior
+    from rlbisect.errors import InputError
+    with pytest.raises(ValidationError, match="--min-effect needs --flaky"):
+        BisectOptions(min_effect=0.5)
+    with pytest.raises(InputError, match="--min-effect needs a predicate that measures"):
+        make_strategy(BisectOptions(flaky=True, min_effect=0.5))
+    with pytest.raises(InputError, match="give --direction lower or higher"):
+        MeasuredPosterior(("reward", "change"), min_effect=0.5)
+
+    class Measures:
+        measures = ("reward", "lower")
+    chosen = make_strategy(BisectOptions(flaky=True, min_effect=0.5), Measures())
+    assert isinstance(chosen, MeasuredPosterior) and chosen.min_effect == 0.5
