@@ -117,8 +117,9 @@ def recorded_config(worker, bug: Optional[str] = None) -> dict[str, Any]:
     import verl
     engine, loss_fn = worker.engine, worker.loss_fn
     config = getattr(loss_fn, "keywords", {}).get("config")
-    if config is None:
-        raise ValueError("the worker's loss_fn is not verl's ppo_loss bound to an ActorConfig (set_loss_fn)")
+    if config is None or getattr(getattr(loss_fn, "func", None), "__name__", "") != "ppo_loss":
+        raise ValueError("the worker's loss_fn is not verl's ppo_loss bound to an ActorConfig (set_loss_fn): "
+                         "a replay runs ppo_loss, so other losses (distillation, SFT) are not replayable")
     module = engine.module
     import torch.distributed as dist
     if any(type(p).__name__ == "DTensor" for p in module.parameters()) or \

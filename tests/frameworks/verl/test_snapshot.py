@@ -149,3 +149,20 @@ def test_a_sharded_module_is_refused_with_the_reason(tmp_path):
     with pytest.raises(ValueError, match="sharded or the run has several processes"):
         watch(worker, tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_loss_a_replay_would_not_run_is_refused(tmp_path):
+    from functools import partial
+
+    from rlbisect.frameworks.verl import _internals as v
+    from rlbisect.frameworks.verl.adapter import demo
+    from rlbisect.frameworks.verl.snapshot import watch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = demo()
+    model = a.policy()
+    worker = a.worker(model, v.optimizer(model, 1e-3, 0.0), True, 8)
+    config = worker.loss_fn.keywords["config"]
+    worker.loss_fn = partial(lambda config, **kw: None, config=config)     # e.g. a distillation loss
+    with pytest.raises(ValueError, match="not replayable"):
+        watch(worker, tmp_path)
