@@ -177,7 +177,7 @@ def tally(outcomes: list[tuple[int | None, int]], truth: list[int]) -> str:
             f"runs {runs.mean():6.1f} (p95 {np.percentile(runs, 95):4.0f})")
 
 
-def simulated(histories: int, repeats: int, rows: list[str]) -> None:
+def simulated(histories: int, repeats: int, rows: list[str], others: bool = True) -> None:
     from bayesect_peer import available
     peer = available() is None
     for row in rows:
@@ -192,6 +192,8 @@ def simulated(histories: int, repeats: int, rows: list[str]) -> None:
         ratio = np.mean([x[2] for x in m4]) / np.mean([x[1] for x in m])
         print(f"  measured --jobs 4 {tally([(c, r) for c, r, *_ in m4], truth)}; rounds "
               f"{np.mean([x[2] for x in m4]):.1f} = {ratio:.2f}x its sequential runs")
+        if not others:
+            continue
         print(f"  short-run         {tally([short_run(h) for h in hs], truth)}")
         print(f"  pinpoint x{repeats:<7d}{tally([pinpoint(h, repeats) for h in hs], truth)}")
         print(f"  flaky (binary)    {tally([binary(h, 'flaky') for h in hs], truth)}")
@@ -265,13 +267,14 @@ def main() -> None:
     p.add_argument("--shifts", default="1,2,4", help="--real: the shifts in seed spreads")
     p.add_argument("--min-effect", type=float, default=None, help="only the smallest-move rows, at this size")
     p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
+    p.add_argument("--measured-only", action="store_true", help="leave out the other tools")
     a = p.parse_args()
     BUDGET = a.budget
     if a.min_effect:
         smallest_move(a.histories, a.min_effect, [r.strip() for r in a.rows.split(",") if r.strip()])
         return
     if a.histories:
-        simulated(a.histories, a.repeats, [r.strip() for r in a.rows.split(",") if r.strip()])
+        simulated(a.histories, a.repeats, [r.strip() for r in a.rows.split(",") if r.strip()], not a.measured_only)
     if a.real:
         real(a.real, [float(s) for s in a.shifts.split(",")])
 

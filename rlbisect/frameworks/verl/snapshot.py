@@ -48,10 +48,13 @@ JAGGED, HELD = "jagged/", "held/"
 def pack(data) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """A no-padding TensorDict as tensors safetensors can hold and JSON for the rest: a jagged
     tensor as its values and offsets; the non-tensor keys (temperature, mini_batch_size, ...) as
-    JSON. Raises ValueError for what cannot be stored faithfully (a key that is neither)."""
+    JSON. A key that is neither (the rollout's per-row objects: uids, raw prompts, reward-model
+    dicts as numpy object arrays, which the update does not read) is left out and named in
+    ``dropped``: a debugging aid must not stop the run it watches."""
     import tensordict
     tensors: dict[str, torch.Tensor] = {}
     plain: dict[str, Any] = {}
+    dropped: list[str] = []
     for key in data.keys():
         value = data[key]
         if isinstance(value, torch.Tensor) and tensordict.is_non_tensor(data.get(key)):
@@ -66,10 +69,10 @@ def pack(data) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
             continue
         try:
             json.dumps(value)
+            plain[key] = value
         except (TypeError, ValueError):
-            raise ValueError(f"batch key {key!r} holds a {type(value).__name__}, which a snapshot cannot store") from None
-        plain[key] = value
-    return tensors, {"rows": int(data.shape[0]), "non_tensor": plain}
+            dropped.append(str(key))
+    return tensors, {"rows": int(data.shape[0]), "non_tensor": plain, "dropped": dropped}
 
 
 def unpack(tensors: dict[str, torch.Tensor], layout: dict[str, Any]):
@@ -153,7 +156,7 @@ def watch(worker, directory, *, every: Optional[int] = None, detectors: Optional
         step = next(steps)
         tensors, layout = pack(data)
         layout["non_tensor"] = {**defaults, **layout["non_tensor"]}
-        if step == 0 and detectors is None and _updates(layout, config) == 1:
+        if step == 0 and detectors is None and _updates(layout) == 1:
             hook.detectors = default_detectors(SpikeConfig.for_trainer(1))   # ratio 1 by design
         hook.meta = {**base_meta, "verl_batch": layout}
         hook.before_update(step, engine.module, engine.optimizer, tensors)
@@ -168,7 +171,7 @@ def watch(worker, directory, *, every: Optional[int] = None, detectors: Optional
     return hook
 
 
-def _updates(layout: dict, config: dict) -> int:
+def _updates(layout: dict) -> int:
     plain = layout["non_tensor"]
     size = plain.get("mini_batch_size") or layout["rows"] // max(1, plain.get("num_mini_batch") or 1)
     return max(1, layout["rows"] // max(1, size)) * int(plain.get("epochs", 1))
@@ -214,10 +217,17 @@ def replay(snap, bug: Optional[str] = None) -> Replayed:
     ``bug``: None keeps the recorded fault switch (the demo's), "none" replays without one."""
     from rlbisect.frameworks.verl import tiny
     from rlbisect.frameworks.verl._internals import require_verl
+    from rlbisect.check.loading import AdapterNotFound, AdapterUnfit
     from rlbisect.steps.capture import diff_norm, state_digest
+    try:
+        version = require_verl()
+    except (AdapterNotFound, AdapterUnfit) as e:
+        raise ReplayError(f"a verl snapshot replays with verl: {e}") from None
     from verl.workers.utils.losses import ppo_loss
-    version = require_verl()
     notes = [f"verl {version} (recorded with {snap.config.get('verl')})"]
+    dropped = snap.meta.get("verl_batch", {}).get("dropped") or []
+    if dropped:
+        notes.append(f"batch keys not stored (not read by the update): {', '.join(map(str, dropped))}")
     chosen = snap.config.get("bug") if bug is None else None if bug == "none" else bug
     try:
         fault = tiny.inject(chosen)

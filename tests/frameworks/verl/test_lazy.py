@@ -16,3 +16,15 @@ def test_importing_the_package_imports_no_verl():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "demo" in done.stdout
+
+
+def test_a_verl_snapshot_without_verl_cannot_replay_and_says_why(monkeypatch):
+    import torch
+
+    from rlbisect.steps.format import RngState, Snapshot
+    from rlbisect.steps.replay import ReplayError, replay_in_process
+    monkeypatch.setitem(sys.modules, "verl", None)      # as on a machine without verl
+    snap = Snapshot(step=0, model={"w": torch.zeros(1)}, optimizer=None, batch={}, rng=RngState(),
+                    config={"trainer": "verl"})
+    with pytest.raises(ReplayError, match="a verl snapshot replays with verl: .*pip install 'rlbisect\\[verl\\]'"):
+        replay_in_process(snap)

@@ -103,9 +103,9 @@ def test_pack_keeps_jagged_held_and_plain_keys():
     assert back["input_ids"].is_nested and (back["input_ids"].values() == td["input_ids"].values()).all()
     assert (back["indices"] == td["indices"]).all() and back["dataloader_kwargs"] == {"shuffle": True}
     from verl.utils import tensordict_utils as tu
-    tu.assign_non_tensor(td, odd=object())
-    with pytest.raises(ValueError, match="'odd' holds a object"):
-        pack(td)
+    tu.assign_non_tensor(td, odd=object())          # a per-row object the update does not read
+    tensors, layout = pack(td)
+    assert layout["dropped"] == ["odd"] and "odd" not in layout["non_tensor"]
 
 
 def test_a_snapshot_naming_unknown_code_is_refused(saved, tmp_path):
