@@ -26,9 +26,10 @@ Stop: as :mod:`rlbisect.bisect.bayes` (the same :class:`~rlbisect.bisect.bayes.D
 ``found`` once the top culprit reaches ``1 - (1 - confidence) / MARGIN``; ``no_regression`` when
 ``NONE`` does, or with ``min_effect`` when no move that large the way asked is left (``negligible``,
 after ``16 / min_effect^2`` runs: two standard errors of a half-and-half split); ``skipped`` when
-only skipped commits separate the likeliest culprits; ``unknown`` at the budget. Before a culprit is named, each side is searched for a change of its own; one found
-there (posterior >= :data:`SECOND_CHANGE`) is ``misfit``: two changes, a band or a drift, and no
-single culprit. Measured in ``benchmarks/bench_measured.py`` (docs/noisy.md).
+only skipped commits separate the likeliest culprits; ``unknown`` at the budget. Before a culprit
+is named, each side is searched for a change of its own; one found there (posterior >=
+:data:`SECOND_CHANGE`) is ``misfit``: two changes, a band or a drift, and no single culprit.
+Measured in ``benchmarks/bench_measured.py`` (docs/noisy.md).
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class MeasuredSearch:
 
     def _testable(self) -> list[int]:
         return [i for i in range(self.n + 1) if i not in self.skipped]
+
     def next_probe(self) -> int | None:
         """The next run's position: the ends first, then the most informative (lowest on ties)."""
         testable = self._testable()
@@ -189,13 +191,9 @@ class MeasuredSearch:
         return [(k, float(post[k])) for k in order[:count]]
 
     def credible_set(self, confidence: float) -> tuple[int, ...]:
-        chosen, mass = [], 0.0
-        for k, p in self.top(self.n + 1):
-            chosen.append(k)
-            mass += p
-            if mass >= confidence - 1e-12:
-                break
-        return tuple(sorted(chosen))
+        ranked = self.top(self.n + 1)       # the fewest likeliest that hold ``confidence`` together
+        upto = int(np.searchsorted(np.cumsum([p for _, p in ranked]), confidence - 1e-12)) + 1
+        return tuple(sorted(k for k, _ in ranked[:upto]))
 
     def negligible(self) -> float:
         """Posterior that no commit moved the mean by ``min_effect`` (in normal scores: about seed

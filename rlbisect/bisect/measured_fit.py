@@ -68,7 +68,6 @@ def side_predictive(m: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
     return d / d.sum(axis=1, keepdims=True)
 
 
-
 def small_move(before: tuple, after: tuple, delta: float, higher: bool) -> np.ndarray:
     """Per split, the posterior that the mean score moved by less than ``delta`` the way asked
     (up if ``higher``, else down), from each side's (count, sum, square sum): the difference of the
