@@ -148,23 +148,23 @@ def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
                 only: Optional[Collection[str]] = None, beside: bool = True) -> dict[str, CheckResult]:
     """The checks (those in ``only``) on one probe batch per seed, merged (:func:`over_seeds`);
     with ``runs`` also the run-level checks (:mod:`rlbisect.check.run_level`, once: they train),
-    ``beside`` the step-0 checks in a forked child when a second core is free. Neither reads what
-    the other did to the adapter: the numbers are the same either way."""
+    ``beside`` the step-0 checks in a forked child when a second core is free (its runs A and B
+    there, A' here after the step-0 checks). Neither reads what the other did to the adapter: the
+    numbers are the same either way."""
     from rlbisect._proc.forked import started
-    from rlbisect.check.run_level import run_checks
+    from rlbisect.check.run_level import finish, main_runs, quiet_run
     adapters = {seed: make_adapter(seed) for seed in seeds}
     if not runs:
         return over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
-
-    def run_level() -> dict[str, CheckResult]:
-        return run_checks(adapters[seeds[0]], thresholds=thresholds)
-    later = started(run_level, beside)
+    first = adapters[seeds[0]]
+    later = started(lambda: main_runs(first, thresholds=thresholds), beside)
     try:
         out = over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
+        quiet = quiet_run(first)      # here while the child runs A and B: the two cores even out
     except BaseException:
         later.cancel()
         raise
-    return {**out, **later()}
+    return {**out, **finish(first, later(), quiet)}
 
 
 def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], seeds: list[int],

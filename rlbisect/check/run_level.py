@@ -32,7 +32,7 @@ optimizer hooks; what needs a tap or a declaration it does not make is n/a, with
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from rlbisect.check import loop
 from rlbisect.check.adapter import Offers
@@ -75,43 +75,80 @@ def _repeatable(rows: list[dict], quiet: list[dict], rerun: Callable[[], list[di
                                   na="" if again == 0 else "runs with one seed differ: evaluation cannot be told apart")}
 
 
+class Split(NamedTuple):
+    """The run-level checks but the last two, and what those two need (``rows``: run A's; None when
+    ``results`` are already all of them: n/a, rows only, or a run that raised)."""
+    results: dict[str, CheckResult]
+    rows: Optional[list[dict]] = None
+    evaluates: bool = False
+
+
 def run_checks(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = None) -> dict[str, CheckResult]:
-    """The run-level checks on ``adapter``'s trainer -> {name: CheckResult}."""
+    """The run-level checks on ``adapter``'s trainer -> {name: CheckResult}: :func:`main_runs`,
+    then :func:`finish` with run A' (`check_seeds` runs the two in different processes)."""
+    return finish(adapter, main_runs(adapter, seed, thresholds), quiet_run(adapter, seed))
+
+
+def _watched(at: Any, caps: Any, run_seed: int, eval_every: int, settings: Optional[dict],
+             steps: int = STEPS) -> tuple[Recorder, list[dict]]:
+    offers = Offers.of(at)
+    assert offers.train_run is not None    # main_runs answers without runs when there is none
+    rec = Recorder(at, offers.spec, caps.sampler_logp)
+    with rec.watching():
+        rows = offers.train_run(steps, run_seed, eval_every, tap=rec, settings=settings)
+    return rec, rows
+
+
+def main_runs(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = None) -> Split:
+    """Runs A and B, watched, and every check but the last two."""
     t = thresholds or Thresholds()
     offers = Offers.of(adapter)
     if offers.train_run is None:
         why = f"{type(adapter).__name__} has no train_run(steps, seed, eval_every)"
-        return {name: CheckResult(name, float("nan"), True, na=why) for name in RUN_CHECKS}
+        return Split({name: CheckResult(name, float("nan"), True, na=why) for name in RUN_CHECKS})
     if not offers.tap_in_runs:
-        return _rows_only(offers.train_run, seed)
-    caps, train_run = offers.capabilities, offers.train_run
-
-    def watched(at: Any, run_seed: int, eval_every: int, settings: Optional[dict],
-                steps: int = STEPS) -> tuple[Recorder, list[dict]]:
-        rec = Recorder(at, Offers.of(at).spec, caps.sampler_logp)
-        with rec.watching():
-            rows = train_run(steps, run_seed, eval_every, tap=rec, settings=settings)
-        return rec, rows
-    with_settings = offers.with_settings
+        return Split(_rows_only(offers.train_run, seed))
+    caps, with_settings = offers.capabilities, offers.with_settings
     variant = offers.run_variant if with_settings is not None else {}
     try:
-        runs = [watched(adapter, seed, 1, None)]
-        evaluates = bool(runs[0][0].evals)
-        # as long as A, even with no evaluation to keep apart: a schedule depends on the run's length
-        quiet = watched(adapter, seed, NEVER, None)[1]
+        runs = [_watched(adapter, caps, seed, 1, None)]
         if variant and with_settings is not None:
-            runs.append(watched(with_settings(**variant), seed + 1, NEVER, variant, VARIANT_STEPS))
+            runs.append(_watched(with_settings(**variant), caps, seed + 1, NEVER, variant, VARIANT_STEPS))
     except CannotRun:
         raise                   # the adapter does not fit this code: exit 125 / skip, not a finding
     except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
-        return _raised(e)
+        return Split(_raised(e))
     specs = [offers.run_spec(STEPS, None) if offers.run_spec else None]
     if variant:
         specs.append(offers.run_spec(VARIANT_STEPS, variant) if offers.run_spec else None)
     out = loop.judge([r for r, _ in runs], specs, t, offers)
     out[RAN] = CheckResult(RAN, 0.0, True)
-    out.update(_repeatable(runs[0][1], quiet, lambda: watched(adapter, seed, 1, None)[1]))
-    if not evaluates:
+    return Split(out, runs[0][1], bool(runs[0][0].evals))
+
+
+def quiet_run(adapter: Any, seed: int = 0) -> "list[dict] | Exception":
+    """Run A' for the last two checks: A's seed and length, never evaluating (a schedule depends on
+    the run's length), no tap to pay for -> its rows, or what its loop raised."""
+    offers = Offers.of(adapter)
+    if offers.train_run is None or not offers.tap_in_runs:
+        return []               # main_runs answers every check without it
+    try:
+        return offers.train_run(STEPS, seed, NEVER)
+    except CannotRun:
+        raise
+    except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
+        return e
+
+
+def finish(adapter: Any, split: Split, quiet: "list[dict] | Exception", seed: int = 0) -> dict[str, CheckResult]:
+    """All the run-level checks from :func:`main_runs`' and :func:`quiet_run`'s results."""
+    if split.rows is None:
+        return split.results
+    if isinstance(quiet, Exception):
+        return _raised(quiet)
+    caps = Offers.of(adapter).capabilities
+    out = {**split.results, **_repeatable(split.rows, quiet, lambda: _watched(adapter, caps, seed, 1, None)[1])}
+    if not split.evaluates:
         out[RUN_CHECKS[-1]] = CheckResult(RUN_CHECKS[-1], float("nan"), True,
                                           na="the loop never showed its tap an evaluation")
     return {name: out[name] for name in RUN_CHECKS}

@@ -110,8 +110,9 @@ def test_run_level_checks_run_only_when_one_is_selected(monkeypatch):
 
     def fake(adapter, seed=0, thresholds=None):
         calls.append(1)
-        return {name: CheckResult(name, 0.0, True) for name in run_level.RUN_CHECKS}
-    monkeypatch.setattr(run_level, "run_checks", fake)
+        return run_level.Split({name: CheckResult(name, 0.0, True) for name in run_level.RUN_CHECKS})
+    monkeypatch.setattr(run_level, "main_runs", fake)
+    monkeypatch.setattr(run_level, "quiet_run", lambda adapter, seed=0: [])
     monkeypatch.setattr("rlbisect._proc.forked.usable_cores", lambda: 1)   # counted here, not in a child
     assert check("--checks", "1").exit_code == 0 and not calls
     r = check("--checks", "1,evaluation: held-out tasks, weights untouched", "--json")
