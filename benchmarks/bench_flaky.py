@@ -43,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import bayesect_peer  # noqa: E402
 from flaky_blocks import block_lines, wrong_count  # noqa: E402
+from flaky_plot import plot_frontier  # noqa: E402
 from flaky_told import search_rlbisect  # noqa: E402
 
 from rlbisect.bisect import bayes, bayes_fit  # noqa: E402
@@ -237,38 +238,8 @@ def frontier(args: argparse.Namespace, cases: list[int], n: int, levels: list[fl
             print(f"{CASES[c][0]:<34} {level:>10g} | {wrong:>4} {runs:>7.1f} | "
                   f"{p_wrong:>4} {p_runs:>7.1f}")
     if args.plot:
-        plot_frontier(results, cases, args.plot, args.histories)
+        plot_frontier({CASES[c][0]: frontier_points(results, c) for c in cases}, TOOLS, args.plot, args.histories)
         print(f"plot: {args.plot}")
-
-
-def plot_frontier(results: dict[float, list[dict]], cases: list[int], path: Path,
-                  histories: int) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    cols = 3
-    rows = -(-len(cases) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    for ax, c in zip(axes.flat, cases):
-        # rlbisect's levels above its points, the peer's below: on the clean rows both lie at 0
-        points = frontier_points(results, c)
-        for t, style, dy in zip(TOOLS, ("o-", "s--"), (5, -11)):
-            pts = points[t]
-            ax.plot([p[1] for p in pts], [100 * p[2] / histories for p in pts], style, label=t)
-            for level, runs, wrong in pts:
-                ax.annotate(f"{level:g}", (runs, 100 * wrong / histories), fontsize=7,
-                            textcoords="offset points", xytext=(0, dy), ha="center")
-        ax.axhline(100 / 40, color="grey", lw=0.8, ls=":")
-        ax.set_title(CASES[c][0], fontsize=10)
-        ax.set_xlabel("mean predicate runs")
-        ax.set_ylabel("wrong culprit named (%)")
-    for ax in list(axes.flat)[len(cases):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"--flaky vs git-bayesect: each point one --confidence level, {histories} "
-                 "histories per case (dotted: 1 in 40)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
