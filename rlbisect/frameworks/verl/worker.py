@@ -9,13 +9,13 @@ recorded one took. :class:`DemoWorker` has the face of verl's `TrainingWorker` t
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Any, Callable, Optional
 
 import torch
 
 from rlbisect.frameworks.verl import _internals as v
+from rlbisect.metrics import FOREIGN, is_timing
 
 
 def train_mini_batch(module: torch.nn.Module, optimizer, clip_grad: float, data, loss_fn: Callable,
@@ -65,29 +65,20 @@ def scalar(value: Any) -> Optional[float]:
     return float(value)
 
 
-# verl's names (with or without the trainer's "actor/" prefix) -> rlbisect's (rlbisect.metrics)
-OURS = {"pg_clipfrac": "clip_frac", "entropy": "entropy", "kl_loss": "kl_ref", "grad_norm": "grad_norm",
-        "loss": "loss"}
-
-
 def stats(metrics: dict[str, Any]) -> dict[str, float]:
-    """One update's metrics as the detectors and a replay read them: rlbisect's names where the
-    quantity is the same, verl's own otherwise; memory and timing (`perf/`) left out: they do not
-    reproduce. A non-finite value is kept: it is what a detector must see."""
+    """One update's metrics as the detectors and a replay read them: rlbisect's names where verl's
+    (with or without the trainer's "actor/" prefix) mean the same (`rlbisect.metrics.FOREIGN`),
+    verl's own otherwise; memory and timing (`perf/`) left out: they do not reproduce. A
+    non-finite value is kept: it is what a detector must see."""
+    ours = FOREIGN["verl"]
     out: dict[str, float] = {}
     for key, value in metrics.items():
-        if key.startswith("perf/") or "time" in key:
+        if key.startswith("perf/") or is_timing(key):
             continue
         number = scalar(value)
-        if number is None:
-            continue
-        bare = key.removeprefix("actor/")
-        out[OURS.get(bare, key)] = number
+        if number is not None:
+            out[ours.get(key if key.startswith("actor/") else f"actor/{key}", key)] = number
     return out
-
-
-def finite(values: dict[str, float]) -> bool:
-    return all(math.isfinite(x) for x in values.values())
 
 
 class _Engine:
