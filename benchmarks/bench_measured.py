@@ -226,6 +226,41 @@ def smallest_move(histories: int, delta: float, rows: list[str]) -> None:
                   f"(p95 {np.percentile(runs, 95):4.0f})", flush=True)
 
 
+class Deterministic(History):
+    """A deterministic trainer: a run is a function of the code's random stream and its seed. A
+    commit keeps its parent's stream with probability ``keep`` (a comment, a rename), else draws
+    its own; from the culprit on, every run is lower by ``shift``."""
+
+    def __init__(self, shift: float, seed: int, keep: float):
+        super().__init__("normal", shift, seed)
+        kept = np.random.default_rng([seed, 1]).random(N + 1) < keep
+        kept[0] = False
+        self.stream = np.cumsum(~kept)
+
+    def run(self, pos: int, j: int) -> float:
+        x = np.random.default_rng([self.seed, int(self.stream[pos]), j]).normal()
+        return x - (self.shift if pos >= self.culprit else 0)
+
+
+def matched(histories: int, keep: float) -> None:
+    """The measured search on a deterministic trainer: a commit's n-th run with seed n (matched
+    across commits: a commit that kept the stream repeats its parent's runs exactly) against a
+    seed of its own per commit and run (every run a fresh draw, as rlbisect runs them)."""
+    for shift in (1.0, 2.0):
+        hs = [Deterministic(shift, 1000 * i + 7, keep) for i in range(histories)]
+        truth = [h.culprit for h in hs]
+        for label, seed_of in (("seed n (matched)", lambda p, j: j), ("a seed per run", lambda p, j: 1000 * p + j)):
+            got = []
+            for h in hs:
+                s, seen, runs = MeasuredSearch(N, "lower"), {}, 0
+                while (d := s.decide(0.95, BUDGET, runs)).status == "probe":
+                    j = seen[d.probe] = seen.get(d.probe, -1) + 1
+                    s.observe(d.probe, h.run(d.probe, seed_of(d.probe, j)))
+                    runs += 1
+                got.append((d.first_bad if d.status == "found" else None, runs))
+            print(f"  deterministic, keep {keep:g}, shift {shift:g}, {label:17s} {tally(got, truth)}", flush=True)
+
+
 def real(count: int, shifts: list[float]) -> None:
     from history_fixtures.noisy_trainer import build
     cmd = ["--predicate", "short-run", "--metric", "reward", "--direction", "lower", "--no-cache",
@@ -268,8 +303,13 @@ def main() -> None:
     p.add_argument("--min-effect", type=float, default=None, help="only the smallest-move rows, at this size")
     p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
     p.add_argument("--measured-only", action="store_true", help="leave out the other tools")
+    p.add_argument("--matched", type=float, default=None, metavar="KEEP",
+                   help="only the deterministic-trainer rows: a commit keeps the random stream with this probability")
     a = p.parse_args()
     BUDGET = a.budget
+    if a.matched is not None:
+        matched(a.histories, a.matched)
+        return
     if a.min_effect:
         smallest_move(a.histories, a.min_effect, [r.strip() for r in a.rows.split(",") if r.strip()])
         return

@@ -5,7 +5,8 @@ order), so matched seeds cannot be counted on. This history models that: every c
 ``SALT``, which reseeds the trainer's stream, and from the culprit on the final reward is lower by
 ``shift`` seed spreads. ``kind`` is the seed distribution (unit spread): ``normal``, ``heavy``
 (Student t with 3 degrees of freedom, scaled to unit standard deviation) or ``spread`` (the
-culprit doubles the spread and leaves the mean: ``shift`` is ignored).
+culprit doubles the spread and leaves the mean: ``shift`` is ignored). With ``kept``, every commit
+keeps the stream instead: the same seed gives the same run wherever the code has not changed it.
 
     python train.py --seed 3 --out /tmp/run    # writes /tmp/run/metrics.jsonl, 4 rows
 
@@ -18,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 TRAIN = '''import argparse, json, math, os, random
+# commit {index}
 SALT = {salt}
 SHIFT = {shift}
 SCALE = {scale}
@@ -49,9 +51,10 @@ def _git(root: Path, *args: str) -> str:
 
 
 def build(root: Path, commits: int, culprit: int, shift: float, kind: str = "normal",
-          salt: int = 0) -> list[str]:
+          salt: int = 0, kept: bool = False) -> list[str]:
     """A repository at ``root`` of ``commits + 1`` commits (GOOD first); commit ``culprit``
-    (1..commits) is the first with the regression. Returns the shas, oldest first."""
+    (1..commits) is the first with the regression. Returns the shas, oldest first. ``kept``: every
+    commit keeps the random stream (a deterministic trainer whose seeds match across commits)."""
     if not 1 <= culprit <= commits or kind not in ("normal", "heavy", "spread"):
         raise ValueError("culprit must be in 1..commits and kind normal, heavy or spread")
     root.mkdir(parents=True, exist_ok=True)
@@ -59,7 +62,7 @@ def build(root: Path, commits: int, culprit: int, shift: float, kind: str = "nor
     shas = []
     for i in range(commits + 1):
         bad = i >= culprit
-        text = TRAIN.format(salt=salt * 100003 + i, kind=kind,
+        text = TRAIN.format(index=i, salt=salt * 100003 + (0 if kept else i), kind=kind,
                             shift=-shift if bad and kind != "spread" else 0.0,
                             scale=2.0 if bad and kind == "spread" else 1.0)
         (root / "train.py").write_text(text)

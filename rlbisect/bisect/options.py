@@ -48,7 +48,7 @@ class BisectOptions(BaseModel):
                                   "of reading the repository over a shared filesystem")
     flaky: bool = Field(False, description="the predicate can lie: keep a posterior over the "
                         "culprit and repeat runs where they inform most (with --predicate short-run "
-                        "--metric M: one run per probe, its value pooled across commits)")
+                        "--metric M: one run per probe on a seed of its own, its value pooled across commits)")
     confidence: float | None = Field(None, gt=0.5, lt=1, description="--flaky: how sure an "
                                      "answer must be (default 0.95); 0.99 names a wrong commit "
                                      "several times less often when a failure rate only rises, "

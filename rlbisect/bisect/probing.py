@@ -107,8 +107,8 @@ class Prober:
             for slot, c in enumerate(commits):
                 co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,
                               local=partial(self.sandbox.checkout, c, f"probe{slot}"))
-                # a predicate that takes a seed per run gets the commit's next one: matched across commits
-                pred = self.predicate.bind(runs[c]) if hasattr(self.predicate, "bind") else self.predicate
+                # a predicate that takes a seed per run gets the commit's next one
+                pred = self.predicate.bind(c, runs[c]) if hasattr(self.predicate, "bind") else self.predicate
                 runs[c] += 1
                 futures[self.executor.submit(c, co, pred, self.options.timeout)] = slot
             pending: set[Future] = set(futures)

@@ -89,13 +89,12 @@ def run_checks(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = N
     return finish(adapter, main_runs(adapter, seed, thresholds), quiet_run(adapter, seed))
 
 
-def _watched(at: Any, caps: Any, run_seed: int, eval_every: int, settings: Optional[dict],
-             steps: int = STEPS) -> tuple[Recorder, list[dict]]:
+def _watched(at: Any, caps: Any, run_seed: int, eval_every: int, steps: int = STEPS) -> tuple[Recorder, list[dict]]:
     offers = Offers.of(at)
     assert offers.train_run is not None    # main_runs answers without runs when there is none
     rec = Recorder(at, offers.spec, caps.sampler_logp)
     with rec.watching():
-        rows = offers.train_run(steps, run_seed, eval_every, tap=rec, settings=settings)
+        rows = offers.train_run(steps, run_seed, eval_every, tap=rec)
     return rec, rows
 
 
@@ -110,17 +109,20 @@ def main_runs(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = No
         return Split(_rows_only(offers.train_run, seed))
     caps, with_settings = offers.capabilities, offers.with_settings
     variant = offers.run_variant if with_settings is not None else {}
+    # run B goes through the variant's own adapter (with_settings keeps its settings); asking the
+    # first adapter for a run at the variant's settings built that trainer twice more
+    ats = [adapter]
     try:
-        runs = [_watched(adapter, caps, seed, 1, None)]
+        runs = [_watched(adapter, caps, seed, 1)]
         if variant and with_settings is not None:
-            runs.append(_watched(with_settings(**variant), caps, seed + 1, NEVER, variant, VARIANT_STEPS))
+            ats.append(with_settings(**variant))
+            runs.append(_watched(ats[1], caps, seed + 1, NEVER, VARIANT_STEPS))
     except CannotRun:
         raise                   # the adapter does not fit this code: exit 125 / skip, not a finding
     except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
         return Split(_raised(e))
-    specs = [offers.run_spec(STEPS, None) if offers.run_spec else None]
-    if variant:
-        specs.append(offers.run_spec(VARIANT_STEPS, variant) if offers.run_spec else None)
+    specs = [spec(n, None) if (spec := Offers.of(at).run_spec) else None
+             for at, n in zip(ats, (STEPS, VARIANT_STEPS))]
     out = loop.judge([r for r, _ in runs], specs, t, offers)
     out[RAN] = CheckResult(RAN, 0.0, True)
     return Split(out, runs[0][1], bool(runs[0][0].evals))
@@ -147,7 +149,7 @@ def finish(adapter: Any, split: Split, quiet: "list[dict] | Exception", seed: in
     if isinstance(quiet, Exception):
         return _raised(quiet)
     caps = Offers.of(adapter).capabilities
-    out = {**split.results, **_repeatable(split.rows, quiet, lambda: _watched(adapter, caps, seed, 1, None)[1])}
+    out = {**split.results, **_repeatable(split.rows, quiet, lambda: _watched(adapter, caps, seed, 1)[1])}
     if not split.evaluates:
         out[RUN_CHECKS[-1]] = CheckResult(RUN_CHECKS[-1], float("nan"), True,
                                           na="the loop never showed its tap an evaluation")

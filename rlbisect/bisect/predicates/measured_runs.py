@@ -3,17 +3,23 @@
 The short-run predicate on its own decides each commit against GOOD with 3-9 seeds. The measured
 search (:mod:`rlbisect.bisect.measured`) pools every run across commits instead, so each probe is
 one training run: :class:`MeasuredRuns` wraps the short-run predicate, the driver binds each run to
-its seed (:meth:`MeasuredRuns.bind`: the commit's n-th run trains seed n, so seeds are matched
-across commits where the trainer is deterministic), and :class:`SeededRun` trains it and returns
-the metric's score as a number, with no verdict of its own (:attr:`~rlbisect.errors.Cause.MEASURED`):
+its seed (:meth:`MeasuredRuns.bind`: :func:`run_seed`, a seed of the commit's own), and
+:class:`SeededRun` trains it and returns the metric's score as a number, with no verdict of its own
+(:attr:`~rlbisect.errors.Cause.MEASURED`):
 
     trained, metric logged (NaN/Inf too)      good   measured   values {metric, seed}
     the code under test failed                bad    (its cause)   the worst outcome
     cannot run, timeout, metric not logged    skip   (its cause)   no information
+
+Why not seed n at every commit: on a deterministic trainer, a commit that leaves the random stream
+alone (a comment, a rename) would repeat its parent's runs exactly, and the search, which pools
+runs as independent draws, would count one draw many times. Simulated in
+``benchmarks/bench_measured.py --matched 0.9`` (docs/noisy.md): more runs and wrong answers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -45,14 +51,21 @@ class MeasuredRuns:
 
     def identity(self) -> str:
         # apart from the per-commit verdicts: these rows are numbers, never verdicts
-        return json.dumps({"measured": self.metric, "short_run": json.loads(self.inner.identity())},
-                          sort_keys=True)
+        # "seeds": runs recorded when a commit's n-th run had seed n are other draws
+        return json.dumps({"measured": self.metric, "short_run": json.loads(self.inner.identity()),
+                           "seeds": "per commit"}, sort_keys=True)
 
-    def bind(self, index: int) -> SeededRun:
-        return SeededRun(self.inner, index)
+    def bind(self, commit: str, index: int) -> SeededRun:
+        return SeededRun(self.inner, run_seed(commit, index))
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        return self.bind(0).probe(worktree, commit, timeout)
+        return self.bind(commit, 0).probe(worktree, commit, timeout)
+
+
+def run_seed(commit: str, index: int) -> int:
+    """The seed of ``commit``'s ``index``-th run: its own, so no two commits share a run (the
+    module says why); below 2**31 for trainers that take only 32-bit seeds."""
+    return int(hashlib.sha256(commit.encode()).hexdigest()[:5], 16) * 1000 + index
 
 
 @dataclass
