@@ -14,9 +14,8 @@ first) and, with ``--flaky``, ``posterior`` (``p`` per commit), ``rates``,
 
 from __future__ import annotations
 
-import statistics
-
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,10 +185,14 @@ class BisectResult:
                 **{side: f"{r['mean']:.2f} (90% in {r['p05']:.2f}..{r['p95']:.2f})"
                    for side, r in rates.items()}))
         lines += self._endpoint_lines()
+        guessed = sum(p.verdict is Verdict.GOOD and p.detail.get("reproduced") is False for p in self.probes)
+        if guessed and self.status == "found":   # short-run: seeds that did not reproduce GOOD's runs
+            lines.append(f"{guessed} good verdicts rest on runs unlike GOOD's on the same seeds (the random stream "
+                         "changed): each is a test at the seed spread, and together they can name a wrong commit; "
+                         "--flaky pools the runs across commits instead (docs/noisy.md)")
         if self.diagnosis.get("rows"):
             lines.append(render_diagnosis(self.diagnosis, terms=self.terms or ("good", "bad")))
-        if self.diagnosis.get("error"):
-            lines.append(f"diagnose could not run: {self.diagnosis['error']}")
+        lines += [f"diagnose could not run: {self.diagnosis['error']}"] if self.diagnosis.get("error") else []
         cached = [p for p in self.probes if p.cached]
         when = sorted(p.recorded[:16].replace("T", " ") for p in cached if p.recorded)
         recorded = f" {when[0]}" + (f" to {when[-1]}" if when[-1] != when[0] else "") if when else ""
@@ -289,9 +292,7 @@ def evidence_lines(detail: dict, limit: int = 3) -> list[str]:
 
 def probe_line(rec: ProbeRecord) -> str:
     """One line per probe: order, short sha, verdict, seconds, subject, reason."""
-    extra = ([f"{rec.role}"] if rec.role else []) + ([rec.reason] if rec.reason else [])
-    if rec.cached:
-        extra.append("cached")
+    extra = ([f"{rec.role}"] if rec.role else []) + ([rec.reason] if rec.reason else []) + ["cached"] * rec.cached
     tail = f"  ({'; '.join(extra)})" if extra else ""
     said = "ran" if rec.cause is Cause.MEASURED and rec.verdict is Verdict.GOOD else rec.term or rec.verdict
     return (f"[{rec.order}] {rec.commit[:10]}  {said:<5} {rec.seconds:7.2f}s  "

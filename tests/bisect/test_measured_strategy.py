@@ -106,3 +106,16 @@ def test_find_fix_searches_the_numbers_for_the_move_back(tmp_path):
     assert res.extra["direction"] == "higher"
     broke = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True, use_cache=False))
     assert broke.status is Status.BAD_PASSES and "rose" in broke.message   # no regression: it got better
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_per_commit_verdicts_say_when_they_are_only_tests_at_the_spread(tmp_path, kept):
+    # without --flaky: a good verdict whose runs differ from GOOD's on the same seeds is a test at
+    # the seed spread (the stream changed); one whose runs repeat GOOD's is an identity
+    root = tmp_path / "repo"
+    shas = build(root, 6, 4, 6.0, salt=2, kept=kept)
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False))
+    assert res.status is Status.FOUND and res.first_bad == shas[4]
+    goods = [p for p in res.probes if p.verdict is Verdict.GOOD and "reproduced" in p.detail]
+    assert goods and all(p.detail["reproduced"] is kept for p in goods)
+    assert ("good verdicts rest on runs unlike GOOD's" in res.summary()) is not kept

@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 from rlbisect import __version__
 from rlbisect.bisect.predicates import PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe
 from rlbisect.errors import Cause, Verdict
+from rlbisect.metrics import comparable
 from rlbisect.bisect.predicates.train_runs import CommandRunner, FunctionRunner
 from rlbisect.runs.stats import Decision, Rule
 from rlbisect.runs.judge import Question, dashboard, judge
@@ -161,7 +162,11 @@ class ShortRunPredicate(BasePredicate):
             verdict = self._judge(good, {s: probe_runs[s] for s in seeds}, total)
             if isinstance(verdict, Probe) or verdict.verdict != "unknown":
                 break
-        return verdict if isinstance(verdict, Probe) else self._probe(verdict, seeds, total)
+        if isinstance(verdict, Probe):
+            return verdict
+        # the same seeds, the same logged rows: the verdict is an identity, not a test at the spread
+        same = all([comparable(r) for r in good[s]] == [comparable(r) for r in probe_runs[s]] for s in seeds)
+        return self._probe(verdict, seeds, total, same)
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
         """The rule's decision at this look, or the probe it already implies (a metric gone
@@ -185,13 +190,13 @@ class ShortRunPredicate(BasePredicate):
                          seconds=seconds, cause=Cause.CANNOT_RUN)
         return j.decision
 
-    def _probe(self, d: Decision, seeds: list[int], seconds: float) -> Probe:
+    def _probe(self, d: Decision, seeds: list[int], seconds: float, reproduced: bool) -> Probe:
         o = self.options
         shown = d.deciding or d.tests[:1]
         # every metric's mean at this commit, most-moved first: what diagnose sets beside the parent's
         values = {t.metric: statistics.fmean(t.probe) for t in d.tests}
         values["seeds"] = float(len(seeds))
-        detail = {"mode": "metric" if o.metric else "dashboard", "seeds": seeds,
+        detail = {"mode": "metric" if o.metric else "dashboard", "seeds": seeds, "reproduced": reproduced,
                   "threshold": d.threshold,
                   "metrics": [{"metric": t.metric, "good": t.good, "probe": t.probe, "p": t.p,
                                "moved": t.moved, "spreads": t.spreads if math.isfinite(t.spreads) else None,
