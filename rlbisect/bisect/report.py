@@ -186,10 +186,10 @@ class BisectResult:
                    for side, r in rates.items()}))
         lines += self._endpoint_lines()
         guessed = sum(p.verdict is Verdict.GOOD and p.detail.get("reproduced") is False for p in self.probes)
-        if guessed and self.status == "found":   # short-run: seeds that did not reproduce GOOD's runs
+        if guessed and self.status == "found" and "n_runs" not in self.extra:   # short-run, not --flaky
             lines.append(f"{guessed} good verdicts rest on runs unlike GOOD's on the same seeds (the random stream "
                          "changed): each is a test at the seed spread, and together they can name a wrong commit; "
-                         "--flaky pools the runs across commits instead (docs/noisy.md)")
+                         "--flaky with a --metric pools the runs across commits instead (docs/noisy.md)")
         if self.diagnosis.get("rows"):
             lines.append(render_diagnosis(self.diagnosis, terms=self.terms or ("good", "bad")))
         lines += [f"diagnose could not run: {self.diagnosis['error']}"] if self.diagnosis.get("error") else []
