@@ -24,8 +24,11 @@ commits, every commit reseeding the stream: ``history_fixtures/noisy_trainer.py`
 ``--min-effect X``: the measured search with a smallest move worth naming of X seed spreads, on a
 flat metric (nothing changed) and the rows, beside the same search without one.
 
+``--matched KEEP``: a deterministic trainer (each commit keeps its parent's random stream with
+probability KEEP), the measured search with a commit's n-th run on seed n against a seed per run.
+
 Usage: python benchmarks/bench_measured.py [--histories 200] [--repeats 20] [--rows ...] [--real 20]
-       [--min-effect 0.5]
+       [--min-effect 0.5] [--matched 0.9]
 """
 
 from __future__ import annotations
