@@ -264,18 +264,19 @@ def matched(histories: int, keep: float) -> None:
             print(f"  deterministic, keep {keep:g}, shift {shift:g}, {label:17s} {tally(got, truth)}", flush=True)
 
 
-def real(count: int, shifts: list[float]) -> None:
+def real(count: int, shifts: list[float], tools: tuple[str, ...] = ("measured", "short-run")) -> None:
     from history_fixtures.noisy_trainer import build
     cmd = ["--predicate", "short-run", "--metric", "reward", "--direction", "lower", "--no-cache",
            "--", sys.executable, "train.py", "--seed", "{seed}", "--out", "{out}"]
     for shift in shifts:
-        out: dict[str, list] = {"measured": [], "short-run": []}
+        out: dict[str, list] = {t: [] for t in tools}
         for i in range(count):
             with tempfile.TemporaryDirectory() as tmp:
                 rng = np.random.default_rng([int(shift * 100), i])
                 culprit = int(rng.integers(1, 33))
                 shas = build(Path(tmp) / "repo", 32, culprit, shift, salt=i)
-                for name, extra in (("measured", ["--flaky"]), ("short-run", [])):
+                for name in tools:
+                    extra = ["--flaky"] if name == "measured" else []
                     report = Path(tmp) / f"{name}.json"
                     done = subprocess.run([sys.executable, "-m", "rlbisect", "run", f"{shas[0]}..{shas[-1]}", *extra,
                                     "--json", str(report), *cmd], cwd=Path(tmp) / "repo", capture_output=True,
@@ -286,9 +287,12 @@ def real(count: int, shifts: list[float]) -> None:
                         continue
                     res = json.loads(report.read_text())
                     named = res.get("first_bad")
+                    # per commit: each probe's seeds, GOOD's (the most any probe used), and what
+                    # judging the culprit against its parent trained
                     runs = sum(1 for p in res["probes"]) if name == "measured" else sum(
-                        int(p["values"].get("seeds", 1)) for p in res["probes"]) + max(
-                        [int(p["values"].get("seeds", 0)) for p in res["probes"]] + [0])
+                        int(p["values"].get("seeds", 1)) for p in res["probes"] if p["role"] != "confirm") + max(
+                        [int(p["values"].get("seeds", 0)) for p in res["probes"]] + [0]) + sum(
+                        int(p["evidence"].get("trained", 0)) for p in res["probes"] if p["role"] == "confirm")
                     out[name].append((shas.index(named) if named in shas else None, runs, culprit))
         for name, rows in out.items():
             print(f"  real, shift {shift:g}, {name:9s} {tally([(c, r) for c, r, _ in rows], [t for *_, t in rows])}",
@@ -306,6 +310,7 @@ def main() -> None:
     p.add_argument("--min-effect", type=float, default=None, help="only the smallest-move rows, at this size")
     p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
     p.add_argument("--measured-only", action="store_true", help="leave out the other tools")
+    p.add_argument("--short-run-only", action="store_true", help="--real: only the per-commit predicate")
     p.add_argument("--matched", type=float, default=None, metavar="KEEP",
                    help="only the deterministic-trainer rows: a commit keeps the random stream with this probability")
     a = p.parse_args()
@@ -319,7 +324,8 @@ def main() -> None:
     if a.histories:
         simulated(a.histories, a.repeats, [r.strip() for r in a.rows.split(",") if r.strip()], not a.measured_only)
     if a.real:
-        real(a.real, [float(s) for s in a.shifts.split(",")])
+        real(a.real, [float(s) for s in a.shifts.split(",")], ("short-run",) if a.short_run_only else
+             ("measured", "short-run"))
 
 
 if __name__ == "__main__":

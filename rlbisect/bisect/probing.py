@@ -24,7 +24,7 @@ from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates import Predicate, Probe
 from rlbisect.bisect.predicates.command import judged_on_good
 from rlbisect.bisect.report import BisectResult, ProbeRecord, Progress
-from rlbisect.errors import Verdict
+from rlbisect.errors import Cause, GitError, Verdict
 from rlbisect.git.repo import Repo
 from rlbisect.git.sandbox import Sandbox
 
@@ -102,7 +102,7 @@ class Prober:
         """Run the predicate on ``commits`` at once, each in its own slot (a commit named twice,
         as ``--flaky --jobs`` may, runs twice) -> [(commit, probe, our overhead)] in their order."""
         t0, out, futures = time.perf_counter(), {}, {}
-        runs = Counter(p.commit for p in self.result.probes if p.role != "verify")
+        runs = Counter(p.commit for p in self.result.probes if p.role not in ("verify", "confirm"))
         try:
             for slot, c in enumerate(commits):
                 co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,
@@ -161,6 +161,32 @@ class Prober:
                             f"{probe.verdict} ({probe.reason}); use --flaky, or --no-cache if something "
                             "it reads outside the repository changed")
         return None
+
+    def confirm(self, culprit: str, parent: str) -> str | None:
+        """When the parent's good verdict was a test at the seed spread (its runs unlike GOOD's on
+        the same seeds), the bracket the answer rests on is judged directly: the culprit's runs
+        against its parent's. A wrong step taken anywhere in the search leaves the named commit and
+        its parent on the same side, so the two look alike. -> why the answer does not stand, or None."""
+        judged = [p for p in self.result.probes if p.commit == parent and p.verdict is Verdict.GOOD]
+        check = getattr(self.predicate, "confirm", None)
+        if (check is None or self.executor.remote or parent == self.result.good or not judged
+                or judged[-1].detail.get("reproduced") is not False):
+            return None
+        self.trap.check()
+        self.progress.status(f"confirm: {culprit[:10]} against its parent {parent[:10]}, seed for seed")
+        slots = {parent: "probe0", culprit: "probe1"}
+        try:
+            probe = check(culprit, parent, lambda c: self.sandbox.checkout(c, slots[c]), self.options.timeout)
+        except (GitError, OSError) as e:     # the answer then stands on nothing more: withdrawn
+            probe = Probe(Verdict.SKIP, reason=f"could not check out: {e}", cause=Cause.MACHINERY)
+        probe.reason = f"against its parent {parent[:10]}: {probe.reason}"
+        self.record(culprit, probe, False, 0.0, role="confirm")
+        if probe.verdict is Verdict.BAD:
+            return None
+        return (f"{culprit[:12]} was named, but its runs are not worse than its parent's ({probe.reason}). "
+                "The parent's good verdict was a test at the seed spread (its runs were unlike GOOD's on "
+                "the same seeds), so a wrong step may have been taken anywhere; --flaky with a --metric "
+                "pools the runs across commits instead (docs/noisy.md)")
 
     def diagnose(self, first_bad: str, parent: str | None) -> dict:
         """Values at the first bad commit and its first parent (probed, uncounted, if need be)."""

@@ -4,9 +4,9 @@ JSON keys (``rlbisect run --json FILE``): ``good``, ``bad``, ``status``, ``exit_
 ``first_bad`` (null unless found), ``candidates``, ``strategy``, ``predicate``, ``first_parent``,
 ``terms`` (a fix search's ``old`` and ``new`` words, else null; ``first_bad`` is then the first new commit),
 ``n_probes``, ``n_rounds``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
-``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role``, ``output``: the
-tail of the predicate's output, ``evidence``: structured, e.g. short-run's per-metric, per-seed
-values at the probe and at GOOD), ``bisect_log`` (replay it with ``git bisect replay``),
+``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role`` (GOOD, BAD, verify, confirm),
+``output``: the predicate's output's tail, ``evidence``: structured, e.g. short-run's per-seed values),
+``bisect_log`` (replay it with ``git bisect replay``),
 ``diagnosis`` (after a find: the first bad commit's values against its parent's, biggest movers
 first) and, with ``--flaky``, ``posterior`` (``p`` per commit), ``rates``,
 ``runs_per_commit``, ``n_runs``, ``outcome``, ``confidence``, ``max_runs``. Commits are full ids.
@@ -40,7 +40,7 @@ class ProbeRecord:
     overhead: float             # rlbisect's time for this probe: checkout, marks, cache
     output: str = ""            # tail of the predicate's output
     round: int = 0              # the round it ran in (several probes share one with --jobs)
-    role: str = ""              # "GOOD" / "BAD" when an endpoint was checked, else ""
+    role: str = ""              # "GOOD"/"BAD": an endpoint; "verify": a re-run; "confirm": culprit vs parent
     detail: dict = field(default_factory=dict)   # structured evidence (short-run: per-seed values)
     cause: Cause | None = None   # why, as data (errors.Cause)
     recorded: str = ""          # cached: when the verdict was recorded
@@ -96,7 +96,7 @@ class BisectResult:
             "first_bad": self.first_bad if self.status == "found" else None,
             "candidates": self.candidates, "strategy": self.strategy,
             "predicate": _object(self.predicate), "first_parent": self.first_parent,
-            "n_probes": sum(p.role != "verify" for p in self.probes), "n_rounds": self.rounds,
+            "n_probes": sum(p.role not in ("verify", "confirm") for p in self.probes), "n_rounds": self.rounds,
             "n_verify": sum(p.role == "verify" for p in self.probes),
             "probes": [{"commit": p.commit, "verdict": p.verdict, "cause": p.cause,
                         "seconds": round(p.seconds, 4),
@@ -186,10 +186,11 @@ class BisectResult:
                    for side, r in rates.items()}))
         lines += self._endpoint_lines()
         guessed = sum(p.verdict is Verdict.GOOD and p.detail.get("reproduced") is False for p in self.probes)
+        confirmed = [f"the culprit was then judged {p.reason}" for p in self.probes if p.role == "confirm"]
         if guessed and self.status == "found" and "n_runs" not in self.extra:   # short-run, not --flaky
             lines.append(f"{guessed} good verdicts rest on runs unlike GOOD's on the same seeds (the random stream "
                          "changed): each is a test at the seed spread, and together they can name a wrong commit; "
-                         "--flaky with a --metric pools the runs across commits instead (docs/noisy.md)")
+                         + (confirmed or ["--flaky with a --metric pools the runs across commits instead"])[0])
         if self.diagnosis.get("rows"):
             lines.append(render_diagnosis(self.diagnosis, terms=self.terms or ("good", "bad")))
         lines += [f"diagnose could not run: {self.diagnosis['error']}"] if self.diagnosis.get("error") else []
@@ -204,7 +205,7 @@ class BisectResult:
         else:
             rounds = f" in {self.rounds} rounds" if self.strategy == "k-ary" else ""
             checks = sum(p.role == "verify" for p in self.probes)
-            lines.append(f"{len(self.probes) - checks} probes ({len(cached)} cached"
+            lines.append(f"{sum(p.role != 'confirm' for p in self.probes) - checks} probes ({len(cached)} cached"
                          + (f", recorded{recorded}" if recorded else "") + f"){rounds}"
                          + (f" and {checks} verification runs" if checks else "")
                          + f" in {self.total_seconds:.1f}s")

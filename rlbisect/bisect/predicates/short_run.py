@@ -90,6 +90,7 @@ class ShortRunPredicate(BasePredicate):
         self.good: str | None = None
         self._checkout_good: Callable[[], Path] | None = None
         self._good_runs: dict[int, list[dict]] = {}
+        self._runs: dict[str, dict[int, list[dict]]] = {}   # each probed commit's, for confirm()
         self._good_tree: Path | None = None
         self._lock = threading.Lock()
 
@@ -159,6 +160,7 @@ class ShortRunPredicate(BasePredicate):
                 failed.seconds = total
                 return failed
             probe_runs.update(got)
+            self._runs.setdefault(commit, {}).update(got)
             verdict = self._judge(good, {s: probe_runs[s] for s in seeds}, total)
             if isinstance(verdict, Probe) or verdict.verdict != "unknown":
                 break
@@ -167,6 +169,36 @@ class ShortRunPredicate(BasePredicate):
         # the same seeds, the same logged rows: the verdict is an identity, not a test at the spread
         same = all([comparable(r) for r in good[s]] == [comparable(r) for r in probe_runs[s]] for s in seeds)
         return self._probe(verdict, seeds, total, same)
+
+    def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None) -> Probe:
+        """The culprit's runs judged against its parent's (instead of GOOD's), by the same rule and
+        seeds as every probe, training only what this bisect has not: BAD when the step the answer
+        names is itself a move beyond the seed spread, else GOOD or SKIP after every seed (a step
+        missed here withdraws an answer, so "alike" is never said early)."""
+        runs = {c: dict(self._runs.get(c, {})) for c in (parent, culprit)}
+        trees: dict[str, Path] = {}
+        total, trained = 0.0, 0
+        for k in self.rule.schedule():
+            seeds = list(range(k))
+            for c in (parent, culprit):
+                if missing := [s for s in seeds if s not in runs[c]]:
+                    got, failed, seconds = self._train(trees.get(c) or trees.setdefault(c, checkout(c)),
+                                                       missing, timeout)
+                    total, trained = total + seconds, trained + len(missing)
+                    if failed is not None:
+                        failed.seconds, failed.detail = total, {"trained": trained}
+                        return failed
+                    runs[c].update(got)
+                    self._runs.setdefault(c, {}).update(got)
+            verdict = self._judge({s: runs[parent][s] for s in seeds}, {s: runs[culprit][s] for s in seeds}, total)
+            if isinstance(verdict, Probe) or verdict.verdict == "bad":   # "alike" is only said at the cap
+                break
+        if isinstance(verdict, Probe):
+            verdict.detail = {**verdict.detail, "trained": trained}
+            return verdict
+        probe = self._probe(verdict, seeds, total, False)
+        probe.detail["trained"], probe.reason = trained, probe.reason.replace(" at GOOD", " at the parent")
+        return probe
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
         """The rule's decision at this look, or the probe it already implies (a metric gone
