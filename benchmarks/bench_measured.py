@@ -264,6 +264,18 @@ def matched(histories: int, keep: float) -> None:
             print(f"  deterministic, keep {keep:g}, shift {shift:g}, {label:17s} {tally(got, truth)}", flush=True)
 
 
+def training_runs(res: dict) -> int:
+    """What a search trained, from its JSON. Measured: a run per probe, plus the per-commit runs made
+    before a switch to it. Per commit: each probe's seeds, GOOD's (the most any probe used), and
+    what judging the culprit against its parent trained."""
+    probes = res["probes"]
+    if res["strategy"] == "measured":
+        return sum(p["role"] != "per-commit" for p in probes) + (res.get("switched") or {}).get("per_commit_runs", 0)
+    return sum(int(p["values"].get("seeds", 1)) for p in probes if p["role"] != "confirm") + max(
+        [int(p["values"].get("seeds", 0)) for p in probes] + [0]) + sum(
+        int(p["evidence"].get("trained", 0)) for p in probes if p["role"] == "confirm")
+
+
 def real(count: int, shifts: list[float], tools: tuple[str, ...] = ("measured", "short-run")) -> None:
     from history_fixtures.noisy_trainer import build
     cmd = ["--predicate", "short-run", "--metric", "reward", "--direction", "lower", "--no-cache",
@@ -276,7 +288,7 @@ def real(count: int, shifts: list[float], tools: tuple[str, ...] = ("measured", 
                 culprit = int(rng.integers(1, 33))
                 shas = build(Path(tmp) / "repo", 32, culprit, shift, salt=i)
                 for name in tools:
-                    extra = ["--flaky"] if name == "measured" else []
+                    extra = {"measured": ["--flaky"], "per-commit": ["--per-commit"]}.get(name, [])
                     report = Path(tmp) / f"{name}.json"
                     done = subprocess.run([sys.executable, "-m", "rlbisect", "run", f"{shas[0]}..{shas[-1]}", *extra,
                                     "--json", str(report), *cmd], cwd=Path(tmp) / "repo", capture_output=True,
@@ -287,12 +299,7 @@ def real(count: int, shifts: list[float], tools: tuple[str, ...] = ("measured", 
                         continue
                     res = json.loads(report.read_text())
                     named = res.get("first_bad")
-                    # per commit: each probe's seeds, GOOD's (the most any probe used), and what
-                    # judging the culprit against its parent trained
-                    runs = sum(1 for p in res["probes"]) if name == "measured" else sum(
-                        int(p["values"].get("seeds", 1)) for p in res["probes"] if p["role"] != "confirm") + max(
-                        [int(p["values"].get("seeds", 0)) for p in res["probes"]] + [0]) + sum(
-                        int(p["evidence"].get("trained", 0)) for p in res["probes"] if p["role"] == "confirm")
+                    runs = training_runs(res)
                     out[name].append((shas.index(named) if named in shas else None, runs, culprit))
         for name, rows in out.items():
             print(f"  real, shift {shift:g}, {name:9s} {tally([(c, r) for c, r, _ in rows], [t for *_, t in rows])}",
@@ -310,7 +317,8 @@ def main() -> None:
     p.add_argument("--min-effect", type=float, default=None, help="only the smallest-move rows, at this size")
     p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
     p.add_argument("--measured-only", action="store_true", help="leave out the other tools")
-    p.add_argument("--short-run-only", action="store_true", help="--real: only the per-commit predicate")
+    p.add_argument("--tools", default="measured,short-run", help="--real: of measured (--flaky), short-run "
+                   "(the default: per commit, switching to measured when seeds do not match), per-commit (--per-commit)")
     p.add_argument("--matched", type=float, default=None, metavar="KEEP",
                    help="only the deterministic-trainer rows: a commit keeps the random stream with this probability")
     a = p.parse_args()
@@ -324,8 +332,7 @@ def main() -> None:
     if a.histories:
         simulated(a.histories, a.repeats, [r.strip() for r in a.rows.split(",") if r.strip()], not a.measured_only)
     if a.real:
-        real(a.real, [float(s) for s in a.shifts.split(",")], ("short-run",) if a.short_run_only else
-             ("measured", "short-run"))
+        real(a.real, [float(s) for s in a.shifts.split(",")], tuple(t.strip() for t in a.tools.split(",")))
 
 
 if __name__ == "__main__":

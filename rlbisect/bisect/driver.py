@@ -50,6 +50,7 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
     user = Repo.open(repo)
     good, bad = user.resolve_range(range_spec)
     strategy = strategy or make_strategy(options, predicate)
+    measures = predicate if _may_switch(options, strategy, predicate) else None
     predicate = strategy.wrap(predicate)   # the measured search runs one seed per probe
     predicate.preflight(user, bad)   # input the probes could never use: refused now
     first_parent = options.first_parent or strategy.first_parent_only
@@ -60,8 +61,11 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
     executor.open()   # before the trap: ray.init installs its own SIGTERM handler
     try:
         with SignalTrap() as trap, Sandbox(user) as sandbox:
-            _Run(user, sandbox, predicate, strategy, executor, options, result, trap,
-                 progress or Progress()).go(t_start)
+            run = _Run(user, sandbox, predicate, strategy, executor, options, result, trap, progress or Progress())
+            run.switch = measures is not None
+            run.go(t_start)
+            if run.switched_at is not None and measures is not None:
+                result = _measured_after(run, run.switched_at, measures, t_start)
     finally:
         executor.close()
         close_private()          # the fork server this run started for its probes, if any
@@ -70,6 +74,42 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
         result.status, result.signum = Status.INTERRUPTED, trap.signum
         result.message = f"interrupted by {signal.Signals(trap.signum).name}"
         raise Interrupted(trap.signum, result)
+    return result
+
+
+def _may_switch(options: BisectOptions, strategy: Strategy, predicate: Predicate) -> bool:
+    """Short runs with a --metric, judged per commit by default: the search may switch to the
+    measured one when seeds turn out not to match (a fix search and explicit --verify/--diagnose,
+    which the measured search does not take, keep the per-commit judgement)."""
+    return (strategy.recall and not options.per_commit and options.terms is None and options.verify is None
+            and not options.diagnose and getattr(predicate, "measures", None) is not None)
+
+
+def _measured_after(run: "_Run", at: str, predicate: Predicate, t_start: float) -> BisectResult:
+    """The measured search (as --flaky) from where a per-commit search learned that a good verdict's
+    runs were unlike GOOD's on the same seeds: each further per-commit verdict would be a test at the
+    seed spread, and together they can name a wrong commit. The per-commit probes stay in the record
+    (role "per-commit") and their runs in the count; the measured search draws fresh seeds."""
+    old = run.result
+    options = run.options.model_copy(update={"flaky": True})
+    strategy = make_strategy(options, predicate)
+    first_parent = options.first_parent or strategy.first_parent_only
+    history, commits = run.user.history(old.good, old.bad, first_parent)
+    for p in old.probes:
+        p.role = "per-commit"
+    fresh = [int(p.values.get("seeds", 0)) for p in old.probes if not p.cached]
+    spent = sum(fresh) + max(fresh + [0])      # and GOOD's: the most any probe used
+    before = len(old.probes)
+    result = BisectResult(old.good, old.bad, strategy=strategy.name, first_parent=first_parent, history=history,
+                          commits={**old.commits, **commits}, probes=list(old.probes), rounds=old.rounds)
+    run.prober.progress.status(f"the runs at {at[:10]} did not repeat GOOD's on the same seeds: switching "
+                               "to the measured search (as --flaky; --per-commit keeps judging each commit)")
+    _Run(run.user, run.sandbox, strategy.wrap(predicate), strategy, run.executor, options, result, run.trap,
+         run.prober.progress).go(t_start)
+    result.extra["switched"] = {"at": at, "per_commit_probes": before, "per_commit_runs": spent}
+    result.message = (f"{result.message}; " if result.message else "") + (
+        f"measured search: the per-commit runs at {at[:10]} did not repeat GOOD's on the same seeds "
+        f"({before} per-commit probes, {spent} runs, before the switch)")
     return result
 
 
@@ -85,6 +125,8 @@ class _Run:
         self.good_tree: Path | None = None
         self.prober = Prober(user, sandbox, predicate, executor, options, result, trap, progress,
                              strategy.recall)
+        self.switch = False                  # see _may_switch
+        self.switched_at: str | None = None  # the commit whose good verdict was a test at the spread
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -102,6 +144,8 @@ class _Run:
             last = self._search(step)
             if last is not None:
                 self._conclude(last)
+            elif self.switched_at is not None:
+                return
             else:
                 ended = "aborted" if res.status is Status.ABORTED else "stopped"
         except Stopped:
@@ -128,6 +172,11 @@ class _Run:
                 res.status = Status.ABORTED
                 res.message = (f"predicate aborted the bisect at {aborted[0][:12]}: "
                                f"{aborted[1].reason} (exit codes >= 128 abort, as in git bisect run)")
+                return None
+            # BAD judged good is one test of the endpoints ("BAD passes"), not a step of the search
+            if self.switch and (at := next((c for c, p in done if p.verdict is Verdict.GOOD and c != res.bad
+                                            and p.detail.get("reproduced") is False), None)):
+                self.switched_at = at
                 return None
             for commit, verdict in strategy.observe_probes(done):
                 step = self.sandbox.mark(commit, verdict)

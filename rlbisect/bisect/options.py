@@ -49,6 +49,10 @@ class BisectOptions(BaseModel):
     flaky: bool = Field(False, description="the predicate can lie: keep a posterior over the "
                         "culprit and repeat runs where they inform most (with --predicate short-run "
                         "--metric M: one run per probe on a seed of its own, its value pooled across commits)")
+    per_commit: bool = Field(False, description="short runs with --metric, without --flaky: keep judging "
+                             "each commit against GOOD when a good verdict's runs did not repeat GOOD's on "
+                             "the same seeds (by default the search then switches to the measured one, as "
+                             "with --flaky: such verdicts are only tests at the seed spread)")
     confidence: float | None = Field(None, gt=0.5, lt=1, description="--flaky: how sure an "
                                      "answer must be (default 0.95); 0.99 names a wrong commit "
                                      "several times less often when a failure rate only rises, "
@@ -73,6 +77,8 @@ class BisectOptions(BaseModel):
             if not all(t and t.replace("-", "").replace("_", "").isalnum() for t in self.terms) or old == new:
                 raise ValueError(f"--terms {old},{new}: give two different words (letters, digits, - and _), "
                                  "e.g. --terms broken,fixed")
+        if self.flaky and self.per_commit:
+            raise ValueError("--per-commit keeps the per-commit judgement; --flaky is the measured search")
         if self.flaky and self.verify:
             raise ValueError("--verify is for a deterministic predicate; --flaky repeats runs itself")
         if not self.flaky:

@@ -102,7 +102,7 @@ class Prober:
         """Run the predicate on ``commits`` at once, each in its own slot (a commit named twice,
         as ``--flaky --jobs`` may, runs twice) -> [(commit, probe, our overhead)] in their order."""
         t0, out, futures = time.perf_counter(), {}, {}
-        runs = Counter(p.commit for p in self.result.probes if p.role not in ("verify", "confirm"))
+        runs = Counter(p.commit for p in self.result.probes if p.role not in ("verify", "confirm", "per-commit"))
         try:
             for slot, c in enumerate(commits):
                 co = Checkout(str(self.user.root), self.options.clone_url, self.result.good,

@@ -4,8 +4,8 @@ JSON keys (``rlbisect run --json FILE``): ``good``, ``bad``, ``status``, ``exit_
 ``first_bad`` (null unless found), ``candidates``, ``strategy``, ``predicate``, ``first_parent``,
 ``terms`` (a fix search's ``old`` and ``new`` words, else null; ``first_bad`` is then the first new commit),
 ``n_probes``, ``n_rounds``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
-``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role`` (GOOD, BAD, verify, confirm),
-``output``: the predicate's output's tail, ``evidence``: structured, e.g. short-run's per-seed values),
+``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role`` (GOOD, BAD, verify, confirm,
+per-commit), ``output``: the predicate's output's tail, ``evidence``: structured, e.g. short-run's per-seed values),
 ``bisect_log`` (replay it with ``git bisect replay``),
 ``diagnosis`` (after a find: the first bad commit's values against its parent's, biggest movers
 first) and, with ``--flaky``, ``posterior`` (``p`` per commit), ``rates``,
@@ -40,7 +40,7 @@ class ProbeRecord:
     overhead: float             # rlbisect's time for this probe: checkout, marks, cache
     output: str = ""            # tail of the predicate's output
     round: int = 0              # the round it ran in (several probes share one with --jobs)
-    role: str = ""              # "GOOD"/"BAD": an endpoint; "verify": a re-run; "confirm": culprit vs parent
+    role: str = ""              # GOOD/BAD: an endpoint; verify, confirm, per-commit (before a switch)
     detail: dict = field(default_factory=dict)   # structured evidence (short-run: per-seed values)
     cause: Cause | None = None   # why, as data (errors.Cause)
     recorded: str = ""          # cached: when the verdict was recorded
@@ -96,7 +96,7 @@ class BisectResult:
             "first_bad": self.first_bad if self.status == "found" else None,
             "candidates": self.candidates, "strategy": self.strategy,
             "predicate": _object(self.predicate), "first_parent": self.first_parent,
-            "n_probes": sum(p.role not in ("verify", "confirm") for p in self.probes), "n_rounds": self.rounds,
+            "n_probes": sum(p.role not in ("verify", "confirm", "per-commit") for p in self.probes), "n_rounds": self.rounds,
             "n_verify": sum(p.role == "verify" for p in self.probes),
             "probes": [{"commit": p.commit, "verdict": p.verdict, "cause": p.cause,
                         "seconds": round(p.seconds, 4),

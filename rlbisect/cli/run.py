@@ -67,6 +67,7 @@ def run_cmd(
                                   "(short-run: also PLOT-evidence.png, the culprit's seeds vs GOOD's)"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write .git/rlbisect/cache.jsonl"),
     flaky: bool = typer.Option(False, "--flaky", help=doc(B, "flaky") + "; bisects the first-parent chain"),
+    per_commit: bool = typer.Option(False, "--per-commit", help=doc(B, "per_commit")),
     confidence: float = typer.Option(None, "--confidence", help=doc(B, "confidence")),
     max_runs: int = typer.Option(None, "--max-runs", help=doc(B, "max_runs")),
     min_effect: float = typer.Option(None, "--min-effect", help=doc(B, "min_effect") + ", e.g. 0.5"),
@@ -114,7 +115,7 @@ def run_cmd(
     options = bisect_options(first_parent=first_parent, timeout=timeout, use_cache=not no_cache,
                              confirm_endpoints=confirm_endpoints, verify=verify, jobs=jobs, executor=executor,
                              ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
-                             flaky=flaky, confidence=confidence, max_runs=max_runs, min_effect=min_effect,
+                             flaky=flaky, per_commit=per_commit, confidence=confidence, max_runs=max_runs, min_effect=min_effect,
                              terms=parse_terms(terms, find_fix))
     outputs = {flag: output_path(p, flag) for flag, p in
                (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}

@@ -114,8 +114,32 @@ def test_per_commit_verdicts_say_when_they_are_only_tests_at_the_spread(tmp_path
     # the seed spread (the stream changed); one whose runs repeat GOOD's is an identity
     root = tmp_path / "repo"
     shas = build(root, 6, 4, 6.0, salt=2, kept=kept)
-    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False))
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False, per_commit=True))
     assert res.status is Status.FOUND and res.first_bad == shas[4]
     goods = [p for p in res.probes if p.verdict is Verdict.GOOD and "reproduced" in p.detail]
     assert goods and all(p.detail["reproduced"] is kept for p in goods)
     assert ("good verdicts rest on runs unlike GOOD's" in res.summary()) is not kept
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_without_flaky_the_search_switches_to_the_measured_one_when_seeds_do_not_match(tmp_path, kept):
+    # a good verdict on runs unlike GOOD's on the same seeds is only a test at the spread: from the
+    # first one the search pools runs instead; where runs repeat GOOD's it judges commit by commit
+    root = tmp_path / "repo"
+    shas = build(root, 12, 4, 3.0, salt=5, kept=kept)
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False))
+    assert res.status is Status.FOUND and res.first_bad == shas[4]
+    per_commit = [p for p in res.probes if p.role == "per-commit"]
+    if kept:
+        assert res.strategy == "git" and not per_commit and "switched" not in res.extra
+        return
+    switched = res.extra["switched"]
+    assert res.strategy == "measured" and len(per_commit) == switched["per_commit_probes"] >= 1
+    assert per_commit[-1].commit == switched["at"] and per_commit[-1].verdict is Verdict.GOOD
+    assert per_commit[-1].detail["reproduced"] is False and switched["per_commit_runs"] >= 6
+    assert "did not repeat GOOD's on the same seeds" in res.summary()
+    assert res.to_json()["n_probes"] == len(res.probes) - len(per_commit) == res.extra["n_runs"]
+    kept_per_commit = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False, per_commit=True))
+    assert kept_per_commit.strategy == "git" and "switched" not in kept_per_commit.extra
+    with pytest.raises(ValueError, match="--per-commit"):
+        BisectOptions(flaky=True, per_commit=True)

@@ -314,13 +314,14 @@ def test_run_cli_shows_the_evidence_in_the_report_json_and_plot(tmp_path, monkey
 @pytest.mark.slow   # each run starts the toy trainer
 @pytest.mark.parametrize("shift, culprit, salt", [(1.0, 7, 2), (6.0, 4, 2)])
 def test_an_answer_resting_on_tests_at_the_spread_is_judged_against_its_parent(tmp_path, shift, culprit, salt):
-    # every commit reseeds (unmatched seeds): each good verdict is a test at the spread, and at one
-    # spread one of them steps past the culprit; the named commit and its parent are then both bad
+    # --per-commit on a history whose every commit reseeds (unmatched seeds): each good verdict is a
+    # test at the spread, and at one spread one of them steps past the culprit; the named commit and
+    # its parent are then both bad
     from history_fixtures.noisy_trainer import build
     shas = build(tmp_path / "repo", 32 if shift == 1 else 6, culprit, shift, salt=salt)
     pred = make_predicate("short-run", options={"metric": "reward", "direction": "lower"},
                           command=[sys.executable, "train.py", "--seed", "{seed}", "--out", "{out}"])
-    res = bisect(tmp_path / "repo", f"{shas[0]}..{shas[-1]}", pred, BisectOptions(use_cache=False))
+    res = bisect(tmp_path / "repo", f"{shas[0]}..{shas[-1]}", pred, BisectOptions(use_cache=False, per_commit=True))
     confirm = [p for p in res.probes if p.role == "confirm"]
     assert len(confirm) == 1 and "against its parent" in confirm[0].reason
     assert "at the parent" in confirm[0].reason and "at GOOD" not in confirm[0].reason

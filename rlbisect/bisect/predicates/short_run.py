@@ -166,8 +166,11 @@ class ShortRunPredicate(BasePredicate):
                 break
         if isinstance(verdict, Probe):
             return verdict
-        # the same seeds, the same logged rows: the verdict is an identity, not a test at the spread
-        same = all([comparable(r) for r in good[s]] == [comparable(r) for r in probe_runs[s]] for s in seeds)
+        # the same seeds, the same logged rows (of --metric's, with one): the verdict is an identity,
+        # not a test at the spread
+        def logged(rows: list[dict]) -> list:
+            return [r.get(self.options.metric) if self.options.metric else comparable(r) for r in rows]
+        same = all(logged(good[s]) == logged(probe_runs[s]) for s in seeds)
         return self._probe(verdict, seeds, total, same)
 
     def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None) -> Probe:
