@@ -334,3 +334,23 @@ def test_an_answer_resting_on_tests_at_the_spread_is_judged_against_its_parent(t
         assert "the culprit was then judged against its parent" in res.summary()
         doc = res.to_json()      # a confirm is a check of the answer, not a probe of the search
         assert doc["n_probes"] == len(res.probes) - 1 - doc["n_verify"]
+
+
+@pytest.mark.slow   # each run starts the toy trainer
+@pytest.mark.parametrize("shift, culprit", [(2.0, 2), (6.0, 1)])
+def test_an_answer_next_to_good_is_judged_again_on_fresh_seeds(tmp_path, shift, culprit):
+    # unmatched seeds, the culprit's parent GOOD: GOOD's three runs, shared by every probe, drew high
+    # at two spreads, every probe down to commit 1 looked worse, and commit 1 was named
+    from history_fixtures.noisy_trainer import build
+    shas = build(tmp_path / "repo", 32, culprit, shift, salt=0)
+    pred = make_predicate("short-run", options={"metric": "reward", "direction": "lower"},
+                          command=[sys.executable, "train.py", "--seed", "{seed}", "--out", "{out}"])
+    res = bisect(tmp_path / "repo", f"{shas[0]}..{shas[-1]}", pred, BisectOptions(use_cache=False))
+    confirm = [p for p in res.probes if p.role == "confirm"]
+    assert res.strategy == "git" and len(confirm) == 1 and confirm[0].reason.startswith("against GOOD on fresh seeds")
+    assert confirm[0].detail["seeds"][0] == 9      # none of the seeds any probe used
+    if shift == 2:
+        assert res.status.value == "unsure" and res.candidates == [shas[1]] and confirm[0].verdict is not Verdict.BAD
+        assert "not worse than GOOD's" in res.message
+    else:
+        assert res.status.value == "found" and res.first_bad == shas[1] and confirm[0].verdict is Verdict.BAD

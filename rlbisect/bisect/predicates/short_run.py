@@ -173,16 +173,18 @@ class ShortRunPredicate(BasePredicate):
         same = all(logged(good[s]) == logged(probe_runs[s]) for s in seeds)
         return self._probe(verdict, seeds, total, same)
 
-    def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None) -> Probe:
+    def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None,
+                fresh: bool = False) -> Probe:
         """The culprit's runs judged against its parent's (instead of GOOD's), by the same rule and
-        seeds as every probe, training only what this bisect has not: BAD when the step the answer
-        names is itself a move beyond the seed spread, else GOOD or SKIP after every seed (a step
-        missed here withdraws an answer, so "alike" is never said early)."""
-        runs = {c: dict(self._runs.get(c, {})) for c in (parent, culprit)}
+        seeds as every probe, training only what this bisect has not (``fresh``: on seeds no probe
+        used, e.g. when the parent is GOOD and its own runs made the verdict): BAD when the step the
+        answer names is itself a move beyond the seed spread, else GOOD or SKIP after every seed (a
+        step missed here withdraws an answer, so "alike" is never said early)."""
+        runs = {c: {} if fresh else dict(self._runs.get(c, {})) for c in (parent, culprit)}
         trees: dict[str, Path] = {}
-        total, trained = 0.0, 0
+        total, trained, first = 0.0, 0, self.rule.max_seeds if fresh else 0
         for k in self.rule.schedule():
-            seeds = list(range(k))
+            seeds = list(range(first, first + k))
             for c in (parent, culprit):
                 if missing := [s for s in seeds if s not in runs[c]]:
                     got, failed, seconds = self._train(trees.get(c) or trees.setdefault(c, checkout(c)),
@@ -192,7 +194,6 @@ class ShortRunPredicate(BasePredicate):
                         failed.seconds, failed.detail = total, {"trained": trained}
                         return failed
                     runs[c].update(got)
-                    self._runs.setdefault(c, {}).update(got)
             verdict = self._judge({s: runs[parent][s] for s in seeds}, {s: runs[culprit][s] for s in seeds}, total)
             if isinstance(verdict, Probe) or verdict.verdict == "bad":   # "alike" is only said at the cap
                 break
@@ -200,7 +201,8 @@ class ShortRunPredicate(BasePredicate):
             verdict.detail = {**verdict.detail, "trained": trained}
             return verdict
         probe = self._probe(verdict, seeds, total, False)
-        probe.detail["trained"], probe.reason = trained, probe.reason.replace(" at GOOD", " at the parent")
+        probe.detail["trained"] = trained
+        probe.reason = probe.reason if fresh else probe.reason.replace(" at GOOD", " at the parent")
         return probe
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
