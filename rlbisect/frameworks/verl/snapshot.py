@@ -138,7 +138,8 @@ def recorded_config(worker, bug: Optional[str] = None) -> dict[str, Any]:
             "actor": {f: getattr(config, f) for f in ACTOR_FIELDS},
             "policy_loss": getattr(getattr(config, "policy_loss", None), "loss_mode", "vanilla"),
             "clip_grad": float(engine.optimizer_config.clip_grad), "optimizer": name, "model": hf,
-            "attn_implementation": getattr(module.config, "_attn_implementation", None), "bug": bug}
+            "attn_implementation": getattr(module.config, "_attn_implementation", None), "bug": bug,
+            "ignores_autocast": bool(getattr(module, "ignores_autocast", False))}
 
 
 def watch(worker, directory, *, every: Optional[int] = None, detectors: Optional[SpikeConfig] = None,
@@ -195,6 +196,9 @@ def _module(snap) -> torch.nn.Module:
                                                                                   if attn else {}))
     except (ValueError, KeyError, TypeError) as e:
         raise ReplayError(f"cannot build the recorded model ({kind!r}): {e}".splitlines()[0]) from None
+    if snap.config.get("ignores_autocast"):
+        from rlbisect.frameworks.verl.tiny import own_dtype
+        model.__class__ = own_dtype(model.__class__)
     return model.to(dtype=next(iter(snap.model.values())).dtype) if snap.model else model
 
 

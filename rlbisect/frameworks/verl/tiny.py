@@ -55,6 +55,18 @@ def tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
 
 
+@functools.lru_cache(maxsize=None)
+def own_dtype(cls: Any) -> type:
+    """``cls`` computing at its own dtype whatever autocast the caller opens: verl before 0.8 runs the
+    forward under a bf16 autocast whatever the configured dtype, and the checks' fp32 limits are
+    about verl's arithmetic, not bf16's rounding. Snapshots record it (``ignores_autocast``) so a
+    replay builds the same."""
+    def forward(self, *args: Any, **kw: Any) -> Any:
+        with torch.autocast("cpu", enabled=False):
+            return cls.forward(self, *args, **kw)
+    return type(f"OwnDtype{cls.__name__}", (cls,), {"forward": forward, "ignores_autocast": True})
+
+
 @functools.lru_cache(maxsize=2)
 def _policy(seed: int):
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -62,7 +74,7 @@ def _policy(seed: int):
     cfg = Qwen2Config(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                       tie_word_embeddings=False, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None)
-    model = Qwen2ForCausalLM(cfg)
+    model = own_dtype(Qwen2ForCausalLM)(cfg)
     model.config._attn_implementation = "eager"     # the same numbers padded or not, on any CPU
     return model
 
