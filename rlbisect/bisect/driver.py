@@ -50,7 +50,7 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
     user = Repo.open(repo)
     good, bad = user.resolve_range(range_spec)
     strategy = strategy or make_strategy(options, predicate)
-    measures = predicate if _may_switch(options, strategy, predicate) else None
+    switch, unwrapped = _may_switch(options, strategy, predicate), predicate
     predicate = strategy.wrap(predicate)   # the measured search runs one seed per probe
     predicate.preflight(user, bad)   # input the probes could never use: refused now
     first_parent = options.first_parent or strategy.first_parent_only
@@ -61,11 +61,11 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
     executor.open()   # before the trap: ray.init installs its own SIGTERM handler
     try:
         with SignalTrap() as trap, Sandbox(user) as sandbox:
-            run = _Run(user, sandbox, predicate, strategy, executor, options, result, trap, progress or Progress())
-            run.switch = measures is not None
+            run = _Run(user, sandbox, predicate, strategy, executor, options, result, trap, progress or Progress(),
+                       switch)
             run.go(t_start)
-            if run.switched_at is not None and measures is not None:
-                result = _measured_after(run, run.switched_at, measures, t_start)
+            if run.switched_at is not None:
+                result = _measured_after(run, run.switched_at, unwrapped, t_start)
     finally:
         executor.close()
         close_private()          # the fork server this run started for its probes, if any
@@ -118,14 +118,14 @@ class _Run:
 
     def __init__(self, user: Repo, sandbox: Sandbox, predicate: Predicate, strategy: Strategy,
                  executor: Executor, options: BisectOptions, result: BisectResult,
-                 trap: SignalTrap, progress: Progress):
+                 trap: SignalTrap, progress: Progress, switch: bool = False):
         self.user, self.sandbox, self.predicate, self.strategy = user, sandbox, predicate, strategy
         self.executor, self.options, self.result, self.trap = executor, options, result, trap
         self.good_lock = threading.Lock()
         self.good_tree: Path | None = None
         self.prober = Prober(user, sandbox, predicate, executor, options, result, trap, progress,
                              strategy.recall)
-        self.switch = False                  # see _may_switch
+        self.switch = switch                 # see _may_switch
         self.switched_at: str | None = None  # the commit whose good verdict was a test at the spread
 
     # -- the loop ---------------------------------------------------------------------------
