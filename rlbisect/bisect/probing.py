@@ -164,31 +164,31 @@ class Prober:
 
     def confirm(self, culprit: str, parent: str) -> str | None:
         """When the verdicts the answer rests on were tests at the seed spread (runs unlike GOOD's
-        on the same seeds), the bracket is judged directly: the culprit's runs against its parent's.
-        A wrong step taken anywhere in the search leaves the named commit and its parent on the same
-        side, so the two look alike. When the parent is GOOD, fresh seeds at both: GOOD's few runs,
-        shared by every probe, made the verdict, and a draw of them far from their mean makes every
-        commit look moved. -> why the answer does not stand, or None."""
-        fresh = parent == self.result.good
-        judged = [p for p in self.result.probes if p.commit == (culprit if fresh else parent)
-                  and p.verdict is (Verdict.BAD if fresh else Verdict.GOOD)]
+        on the same seeds), the bracket is judged directly: the culprit's runs against its parent's,
+        on fresh seeds at both. A wrong step taken anywhere in the search leaves the named commit
+        and its parent on the same side, so the two look alike; the runs the search already made
+        were chosen by it (and when the parent is GOOD, GOOD's few runs, shared by every probe,
+        made every verdict). -> why the answer does not stand, or None."""
+        next_to_good = parent == self.result.good
+        judged = [p for p in self.result.probes if p.commit == (culprit if next_to_good else parent)
+                  and p.verdict is (Verdict.BAD if next_to_good else Verdict.GOOD)]
         check = getattr(self.predicate, "confirm", None)
         if check is None or self.executor.remote or not judged or judged[-1].detail.get("reproduced") is not False:
             return None
         self.trap.check()
-        self.progress.status(f"confirm: {culprit[:10]} against its parent {parent[:10]}, seed for seed")
+        self.progress.status(f"confirm: {culprit[:10]} against its parent {parent[:10]}, on fresh seeds")
         slots = {parent: "probe0", culprit: "probe1"}
         try:
-            probe = check(culprit, parent, lambda c: self.sandbox.checkout(c, slots[c]), self.options.timeout, fresh)
+            probe = check(culprit, parent, lambda c: self.sandbox.checkout(c, slots[c]), self.options.timeout)
         except (GitError, OSError) as e:     # the answer then stands on nothing more: withdrawn
             probe = Probe(Verdict.SKIP, reason=f"could not check out: {e}", cause=Cause.MACHINERY)
-        probe.reason = f"against {'GOOD on fresh seeds' if fresh else 'its parent ' + parent[:10]}: {probe.reason}"
+        probe.reason = f"against {'GOOD' if next_to_good else 'its parent ' + parent[:10]} on fresh seeds: {probe.reason}"
         self.record(culprit, probe, False, 0.0, role="confirm")
         if probe.verdict is Verdict.BAD:
             return None
-        why = ("it was judged against GOOD's few runs, shared by every probe" if fresh else "the parent's good "
-               "verdict was a test at the seed spread, so a wrong step may have been taken anywhere")
-        return (f"{culprit[:12]} was named, but its runs are not worse than {'GOOD' if fresh else 'its parent'}'s "
+        why = ("it was judged against GOOD's few runs, shared by every probe" if next_to_good else "the parent's "
+               "good verdict was a test at the seed spread, so a wrong step may have been taken anywhere")
+        return (f"{culprit[:12]} was named, but its runs are not worse than {'GOOD' if next_to_good else 'its parent'}'s "
                 f"({probe.reason}). Its runs were unlike GOOD's on the same seeds and {why}; "
                 "--flaky with a --metric pools the runs across commits instead (docs/noisy.md)")
 

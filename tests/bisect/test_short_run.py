@@ -325,10 +325,11 @@ def test_an_answer_resting_on_tests_at_the_spread_is_judged_against_its_parent(t
     confirm = [p for p in res.probes if p.role == "confirm"]
     assert len(confirm) == 1 and "against its parent" in confirm[0].reason
     assert "at the parent" in confirm[0].reason and "at GOOD" not in confirm[0].reason
+    assert confirm[0].detail["seeds"][0] == 9      # none of the seeds any probe used: the search chose those
     if shift == 1:      # the search named commit 19: withdrawn, with why
         assert res.status.value == "unsure" and res.first_bad is None and res.candidates == [shas[19]]
         assert confirm[0].verdict is not Verdict.BAD and "not worse than its parent's" in res.message
-        assert confirm[0].detail["trained"] > 0      # the parent's runs, seed for seed with the culprit's
+        assert confirm[0].detail["trained"] >= 2 * 9      # both commits, every seed: "alike" only at the cap
     else:               # the right one, at six spreads: it stands, and the summary says on what
         assert res.status.value == "found" and res.first_bad == shas[culprit] and confirm[0].verdict is Verdict.BAD
         assert "the culprit was then judged against its parent" in res.summary()

@@ -173,16 +173,15 @@ class ShortRunPredicate(BasePredicate):
         same = all(logged(good[s]) == logged(probe_runs[s]) for s in seeds)
         return self._probe(verdict, seeds, total, same)
 
-    def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None,
-                fresh: bool = False) -> Probe:
-        """The culprit's runs judged against its parent's (instead of GOOD's), by the same rule and
-        seeds as every probe, training only what this bisect has not (``fresh``: on seeds no probe
-        used, e.g. when the parent is GOOD and its own runs made the verdict): BAD when the step the
-        answer names is itself a move beyond the seed spread, else GOOD or SKIP after every seed (a
-        step missed here withdraws an answer, so "alike" is never said early)."""
-        runs = {c: {} if fresh else dict(self._runs.get(c, {})) for c in (parent, culprit)}
+    def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None) -> Probe:
+        """The culprit's runs judged against its parent's (instead of GOOD's), by the same rule, on
+        seeds no probe used (9, 10, ...: the runs the search made were chosen by it, so they would
+        lean toward the step it took): BAD when the step the answer names is itself a move beyond
+        the seed spread, else GOOD or SKIP after every seed (a step missed here withdraws an
+        answer, so "alike" is never said early)."""
+        runs: dict[str, dict] = {parent: {}, culprit: {}}
         trees: dict[str, Path] = {}
-        total, trained, first = 0.0, 0, self.rule.max_seeds if fresh else 0
+        total, trained, first = 0.0, 0, self.rule.max_seeds
         for k in self.rule.schedule():
             seeds = list(range(first, first + k))
             for c in (parent, culprit):
@@ -202,7 +201,7 @@ class ShortRunPredicate(BasePredicate):
             return verdict
         probe = self._probe(verdict, seeds, total, False)
         probe.detail["trained"] = trained
-        probe.reason = probe.reason if fresh else probe.reason.replace(" at GOOD", " at the parent")
+        probe.reason = probe.reason.replace(" at GOOD", " at the parent")
         return probe
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
