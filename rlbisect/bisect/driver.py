@@ -89,7 +89,8 @@ def _measured_after(run: "_Run", at: str, predicate: Predicate, t_start: float) 
     """The measured search (as --flaky) from where a per-commit search learned that a good verdict's
     runs were unlike GOOD's on the same seeds: each further per-commit verdict would be a test at the
     seed spread, and together they can name a wrong commit. The per-commit probes stay in the record
-    (role "per-commit") and their runs in the count; the measured search draws fresh seeds."""
+    (role "per-commit") and their runs in the count; the measured search starts from their runs
+    (pooled, as draws) and draws its own on fresh seeds."""
     old = run.result
     options = run.options.model_copy(update={"flaky": True})
     strategy = make_strategy(options, predicate)
@@ -104,9 +105,11 @@ def _measured_after(run: "_Run", at: str, predicate: Predicate, t_start: float) 
                           commits={**old.commits, **commits}, probes=list(old.probes), rounds=old.rounds)
     run.prober.progress.status(f"the runs at {at[:10]} did not repeat GOOD's on the same seeds: switching "
                                "to the measured search (as --flaky; --per-commit keeps judging each commit)")
+    pooled = predicate.drawn() if hasattr(predicate, "drawn") else []     # runs already paid for
     _Run(run.user, run.sandbox, strategy.wrap(predicate), strategy, run.executor, options, result, run.trap,
-         run.prober.progress).go(t_start)
-    result.extra["switched"] = {"at": at, "per_commit_probes": before, "per_commit_runs": spent}
+         run.prober.progress, pooled=pooled).go(t_start)
+    result.extra["switched"] = {"at": at, "per_commit_probes": before, "per_commit_runs": spent,
+                                "pooled_runs": len(pooled)}
     result.message = (f"{result.message}; " if result.message else "") + (
         f"measured search: the per-commit runs at {at[:10]} did not repeat GOOD's on the same seeds "
         f"({before} per-commit probes, {spent} runs, before the switch)")
@@ -118,7 +121,8 @@ class _Run:
 
     def __init__(self, user: Repo, sandbox: Sandbox, predicate: Predicate, strategy: Strategy,
                  executor: Executor, options: BisectOptions, result: BisectResult,
-                 trap: SignalTrap, progress: Progress, switch: bool = False):
+                 trap: SignalTrap, progress: Progress, switch: bool = False,
+                 pooled: list[tuple[str, Probe]] | None = None):
         self.user, self.sandbox, self.predicate, self.strategy = user, sandbox, predicate, strategy
         self.executor, self.options, self.result, self.trap = executor, options, result, trap
         self.good_lock = threading.Lock()
@@ -126,6 +130,7 @@ class _Run:
         self.prober = Prober(user, sandbox, predicate, executor, options, result, trap, progress,
                              strategy.recall)
         self.switch = switch                 # see _may_switch
+        self.pooled = pooled or []           # runs a switched search starts from (_measured_after)
         self.switched_at: str | None = None  # the commit whose good verdict was a test at the spread
 
     # -- the loop ---------------------------------------------------------------------------
@@ -141,6 +146,8 @@ class _Run:
             res.setup_seconds = time.perf_counter() - t_start
             if not strategy.recall:
                 self._replay_recorded_runs()
+            if self.pooled:
+                strategy.replay_probes(self.pooled)
             last = self._search(step)
             if last is not None:
                 self._conclude(last)

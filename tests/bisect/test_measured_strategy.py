@@ -137,6 +137,9 @@ def test_without_flaky_the_search_switches_to_the_measured_one_when_seeds_do_not
     assert res.strategy == "measured" and len(per_commit) == switched["per_commit_probes"] >= 1
     assert per_commit[-1].commit == switched["at"] and per_commit[-1].verdict is Verdict.GOOD
     assert per_commit[-1].detail["reproduced"] is False and switched["per_commit_runs"] >= 6
+    # the per-commit runs are draws the measured search starts from (GOOD's and the probes')
+    assert switched["pooled_runs"] >= 6 and sum(res.extra["runs_per_commit"].values()) == \
+        res.extra["n_runs"] + switched["pooled_runs"]
     assert "did not repeat GOOD's on the same seeds" in res.summary()
     assert res.to_json()["n_probes"] == len(res.probes) - len(per_commit) == res.extra["n_runs"]
     kept_per_commit = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False, per_commit=True))

@@ -48,6 +48,21 @@ def test_identity_depends_on_good_options_and_command():
     assert len({a.identity(), b.identity(), c.identity()}) == 3 and "a" * 40 in a.identity()
 
 
+def test_the_runs_made_are_drawn_once_for_a_switched_search():
+    # what a search switching to the measured one starts from: every run's score at its commit, a
+    # commit that kept GOOD's stream (the same score for the same seed) adding no draw of its own
+    pred = ShortRunPredicate(ShortRunOptions(metric="reward"))
+    pred.setup("g" * 40, lambda: Path("."))
+    rows = lambda x: [{"step": 0, "reward": x}]       # noqa: E731
+    pred._good_runs = {0: rows(1.0), 1: rows(2.0)}
+    pred._runs = {"g" * 40: {0: rows(1.0), 1: rows(2.0)}, "kept": {0: rows(1.0), 1: rows(2.0)},
+                  "moved": {0: rows(0.5), 1: rows(2.0), 2: rows(float("nan"))}, "unlogged": {0: [{"step": 0}]}}
+    drawn = [(c, p.values["reward"], p.verdict, p.cause) for c, p in pred.drawn()]
+    assert [(c, v) for c, v, *_ in drawn[:3]] == [("g" * 40, 1.0), ("g" * 40, 2.0), ("moved", 0.5)]
+    assert drawn[3][0] == "moved" and drawn[3][1] != drawn[3][1] and len(drawn) == 4   # NaN: the worst run
+    assert all(v is Verdict.GOOD and c is Cause.MEASURED for *_, v, c in drawn)
+
+
 def worker(*args):
     """The train_runs worker, fresh (``python -I``), on this checkout -> (exit code, reply)."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,7 +36,7 @@ from rlbisect.errors import Cause, Verdict
 from rlbisect.metrics import comparable
 from rlbisect.bisect.predicates.train_runs import CommandRunner, FunctionRunner
 from rlbisect.runs.stats import Decision, Rule
-from rlbisect.runs.judge import Question, dashboard, judge
+from rlbisect.runs.judge import Question, dashboard, judge, score
 from rlbisect.runs.read import flatten, rename
 
 DEFAULT_RUNNER = "reference_trainer.train:short_run"
@@ -203,6 +203,27 @@ class ShortRunPredicate(BasePredicate):
         probe.detail["trained"] = trained
         probe.reason = probe.reason.replace(" at GOOD", " at the parent")
         return probe
+
+    def drawn(self) -> list[tuple[str, Probe]]:
+        """Every run this predicate trained, GOOD's and each probed commit's, as the measured
+        search's one-run probes (``--metric``'s score), for a search that switches to it: runs
+        already paid for. A run whose score repeats one drawn with the same seed at another commit
+        is left out (that commit kept the random stream: the same draw again, not another)."""
+        metric, window = self.options.metric or "", self.options.window
+        seen: dict[int, set] = {}
+        out = []
+        for commit, runs in [(self.good, self._good_runs), *self._runs.items()]:
+            for seed, rows in sorted(runs.items()):
+                try:
+                    value = score(rows, metric, window)
+                except KeyError:          # not logged by this run: it tells the search nothing
+                    continue
+                if repr(value) in seen.setdefault(seed, set()):
+                    continue
+                seen[seed].add(repr(value))
+                out.append((str(commit), Probe(Verdict.GOOD, {metric: value, "seed": float(seed)},
+                                               f"{metric} = {value:.4g} with seed {seed}", 0.0, Cause.MEASURED)))
+        return out
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
         """The rule's decision at this look, or the probe it already implies (a metric gone
