@@ -68,6 +68,19 @@ def require_verl() -> str:
     return version
 
 
+def accepted(version: str, s: dict, config: Callable[[], Any]) -> None:
+    """verl's own validation of the settings ``s``, at once (a mode or estimator a later release
+    added is refused when the adapter is built, not halfway through the checks): ValueError."""
+    from verl.trainer.ppo import core_algos
+    zero = torch.zeros(1, 1)
+    for key, attempt in (("loss_agg_mode", config), ("adv_estimator", lambda: core_algos.get_adv_estimator_fn(
+            s["adv_estimator"])), ("kl_loss_type", lambda: core_algos.kl_penalty(zero, zero, s["kl_loss_type"]))):
+        try:
+            attempt()
+        except (ValueError, KeyError, NotImplementedError) as e:
+            raise ValueError(f"verl {version} does not accept {key}={s[key]!r}: {str(e) or type(e).__name__}") from None
+
+
 def one_process_group() -> None:
     """The engine all-reduces the mini-batch's token count over its data-parallel group: a gloo
     group of one process, made once (an in-memory store, no network)."""

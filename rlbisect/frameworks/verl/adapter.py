@@ -45,8 +45,8 @@ class VerlAdapter:
         self.s = {**DEFAULTS, **settings}
         if episodes % (tiny.GROUP * self.s["mini_batches"]):
             raise ValueError(f"episodes must be a multiple of {tiny.GROUP} x mini_batches")
-        self.episodes, self.seed, self.bug = episodes, seed, bug
-        self.fault = lambda: tiny.inject(bug)
+        self.episodes, self.seed, self.bug, self.fault = episodes, seed, bug, lambda: tiny.inject(bug)
+        v.accepted(self.verl_version, self.s, lambda: self.config(rows=episodes // self.s["mini_batches"]))
         self.objective, self.objective_why = declared.objective(self.s)
         steps = self.s["mini_batches"] * self.s["ppo_epochs"]
         self.capabilities = Capabilities(sampler_logp=True, one_step_per_batch=steps == 1,

@@ -109,6 +109,13 @@ def test_settings_that_change_the_objective_on_purpose():
     assert _check(rpp, 12).by_design and all(r.passed for r in rpp.values())
 
 
+def test_a_setting_this_verl_refuses_is_refused_when_the_adapter_is_built():
+    from rlbisect.frameworks.verl import demo
+    for key in ("loss_agg_mode", "adv_estimator", "kl_loss_type"):
+        with pytest.raises(ValueError, match=f"does not accept {key}='no-such'"):
+            demo(**{key: "no-such"})
+
+
 def test_verl_missing_a_needed_name_cannot_run(monkeypatch):
     from rlbisect.check.loading import AdapterUnfit
     from rlbisect.frameworks.verl import _internals
