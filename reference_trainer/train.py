@@ -100,8 +100,25 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
     optimizer = make_optimizer(model, u, bug)
     scheduler = make_scheduler(optimizer, u, steps * u.epochs * u.minibatches, bug)
     history = []
+
+    def held_out(step: int) -> float:
+        nonlocal tasks
+        eval_gen = gen if bug == "eval_train_rng" else torch.Generator().manual_seed(step)   # karpathy/char-rnn#17
+        if tap is not None:
+            tap("eval_begin", step=step, model=model, tasks=[t.index for t in eval_tasks])
+        passed = evaluate(model, eval_tasks, tok, cfg, eval_gen)["pass_rate"]
+        if tap is not None:
+            tap("eval_end", step=step, model=model)
+        if bug == "heldout_in_train":   # evaluated tasks join the training pool (corail-research/SeaPearl.jl#187)
+            tasks = tasks + [t for t in eval_tasks if t not in tasks]
+        return passed
+
     for step in range(steps):
         t0 = time.perf_counter()
+        # a row describes one policy: step k's evaluation is of the policy that samples step k (the
+        # starting policy at step 0), the last step's of the trained policy, after its update
+        last = step == steps - 1
+        before = held_out(step) if eval_tasks is not None and step % eval_every == 0 and not last else None
         if bug == "optimizer_per_step" and step:   # rebuilt each step, its moments lost (alan-turing-institute/deepsensor#47)
             optimizer = make_optimizer(model, u, bug)
             scheduler = make_scheduler(optimizer, u, steps * u.epochs * u.minibatches, bug)
@@ -120,15 +137,10 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
         row = {"step": step, **rollout_row(trajs, cfg.sampler.group_size), **update_stats}
         if bug == "log_sample_rng" and step % eval_every == 0:   # a sample episode to print, from the training stream (wandb/wandb#462)
             example = trajs[int(torch.randint(len(trajs), (1,), generator=gen))]   # noqa: F841 (shown by a verbose logger)
-        if eval_tasks is not None and (step % eval_every == 0 or step == steps - 1):
-            eval_gen = gen if bug == "eval_train_rng" else torch.Generator().manual_seed(step)   # karpathy/char-rnn#17
-            if tap is not None:
-                tap("eval_begin", step=step, model=model, tasks=[t.index for t in eval_tasks])
-            row["eval_pass"] = evaluate(model, eval_tasks, tok, cfg, eval_gen)["pass_rate"]
-            if tap is not None:
-                tap("eval_end", step=step, model=model)
-            if bug == "heldout_in_train":   # evaluated tasks join the training pool (corail-research/SeaPearl.jl#187)
-                tasks = tasks + [t for t in eval_tasks if t not in tasks]
+        if before is not None:
+            row["eval_pass"] = before
+        elif eval_tasks is not None and last:
+            row["eval_pass"] = held_out(step)
         row["step_time"] = time.perf_counter() - t0
         unknown = set(row) - set(METRICS) - {"step", "step_time"}
         assert not unknown, f"metrics not named in rlbisect.metrics: {unknown}"

@@ -157,15 +157,19 @@ def test_a_predicate_option_without_the_double_dash_says_where_it_goes():
 
 @pytest.mark.slow
 def test_a_training_step_that_raises_is_saved_and_replays_bit_for_bit(tmp_path):
-    """adv_no_eps: a flat group's 0/0 makes the weights NaN and the evaluation after the update
-    raises; the pre-update state is saved with the error as its hit, then the error goes on."""
+    """adv_no_eps: a flat group's 0/0 makes the weights NaN and the evaluation after the last update
+    raises; the pre-update state is saved with the error as its hit, then the error goes on. With a
+    step after it, the NaN row is saved by the detectors before the next step's sampling raises."""
     from rlbisect.steps.format import load_snapshot
-    r = runner.invoke(app, ["train", "--bug", "adv_no_eps", "--steps", "2", "--snapshot-dir", str(tmp_path)])
+    r = runner.invoke(app, ["train", "--bug", "adv_no_eps", "--steps", "1", "--snapshot-dir", str(tmp_path / "a")])
     assert isinstance(r.exception, RuntimeError) and "saved in" in "".join(getattr(r.exception, "__notes__", []))
-    snap = load_snapshot(tmp_path / "step-000000.pt")
+    snap = load_snapshot(tmp_path / "a" / "step-000000.pt")
     assert [h.detector for h in snap.hits] == ["raised"] and "probability tensor" in snap.hits[0].message
-    replay = runner.invoke(app, ["replay", str(tmp_path / "step-000000.pt")])
+    replay = runner.invoke(app, ["replay", str(tmp_path / "a" / "step-000000.pt")])
     assert replay.exit_code == 0 and "post-update sha256 identical" in replay.output
+    r = runner.invoke(app, ["train", "--bug", "adv_no_eps", "--steps", "2", "--snapshot-dir", str(tmp_path / "b")])
+    assert isinstance(r.exception, RuntimeError) and "detector nonfinite fired at step 0" in r.output
+    assert {h.detector for h in load_snapshot(tmp_path / "b" / "step-000000.pt").hits} == {"nonfinite"}
 
 
 @pytest.mark.slow
