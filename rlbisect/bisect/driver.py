@@ -96,6 +96,7 @@ def _measured_after(run: "_Run", at: str, predicate: Predicate, t_start: float) 
     strategy = make_strategy(options, predicate)
     first_parent = options.first_parent or strategy.first_parent_only
     history, commits = run.user.history(old.good, old.bad, first_parent)
+    pooled = predicate.drawn(old.probes) if hasattr(predicate, "drawn") else []   # runs already paid for
     for p in old.probes:
         p.role = "per-commit"
     fresh = [int(p.values.get("seeds", 0)) for p in old.probes if not p.cached]
@@ -105,8 +106,6 @@ def _measured_after(run: "_Run", at: str, predicate: Predicate, t_start: float) 
                           commits={**old.commits, **commits}, probes=list(old.probes), rounds=old.rounds)
     run.prober.progress.status(f"the runs at {at[:10]} did not repeat GOOD's on the same seeds: switching "
                                "to the measured search (as --flaky; --per-commit keeps judging each commit)")
-    # runs already paid for (none with a remote executor: they were trained, and kept, on its nodes)
-    pooled = predicate.drawn() if hasattr(predicate, "drawn") else []
     _Run(run.user, run.sandbox, strategy.wrap(predicate), strategy, run.executor, options, result, run.trap,
          run.prober.progress, pooled=pooled).go(t_start)
     result.extra["switched"] = {"at": at, "per_commit_probes": before, "per_commit_runs": spent,

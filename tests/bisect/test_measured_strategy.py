@@ -1,6 +1,7 @@
 """``--flaky`` with short runs and ``--metric``: the measured search through the real driver,
 on a toy trainer whose every commit reseeds its stream (history_fixtures/noisy_trainer.py)."""
 
+import copy
 import sys
 from collections import defaultdict
 
@@ -8,6 +9,7 @@ import pytest
 
 from history_fixtures.noisy_trainer import build
 from rlbisect.bisect import bisect, make_predicate
+from rlbisect.bisect.executors import LocalExecutor
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates.measured_runs import run_seed
 from rlbisect.errors import Cause, Status, Verdict
@@ -121,6 +123,13 @@ def test_per_commit_verdicts_say_when_they_are_only_tests_at_the_spread(tmp_path
     assert ("good verdicts rest on runs unlike GOOD's" in res.summary()) is not kept
 
 
+class OnCopies(LocalExecutor):
+    """Each probe on a copy of the predicate, as a remote executor's node holds one."""
+
+    def submit(self, commit, checkout, predicate, timeout):
+        return super().submit(commit, checkout, copy.deepcopy(predicate), timeout)
+
+
 @pytest.mark.parametrize("kept", [False, True])
 def test_without_flaky_the_search_switches_to_the_measured_one_when_seeds_do_not_match(tmp_path, kept):
     # a good verdict on runs unlike GOOD's on the same seeds is only a test at the spread: from the
@@ -138,10 +147,15 @@ def test_without_flaky_the_search_switches_to_the_measured_one_when_seeds_do_not
     assert per_commit[-1].commit == switched["at"] and per_commit[-1].verdict is Verdict.GOOD
     assert per_commit[-1].detail["reproduced"] is False and switched["per_commit_runs"] >= 6
     # the per-commit runs are draws the measured search starts from (GOOD's and the probes')
-    assert switched["pooled_runs"] >= 6 and sum(res.extra["runs_per_commit"].values()) == \
+    assert switched["pooled_runs"] == switched["per_commit_runs"] and sum(res.extra["runs_per_commit"].values()) == \
         res.extra["n_runs"] + switched["pooled_runs"]
     assert "did not repeat GOOD's on the same seeds" in res.summary()
     assert res.to_json()["n_probes"] == len(res.probes) - len(per_commit) == res.extra["n_runs"]
+    # as on a Ray cluster, each probe on a copy of the predicate that is gone after it: the same runs
+    # are pooled, read from what the probes returned
+    on_copies = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False),
+                       executor=OnCopies())
+    assert on_copies.first_bad == shas[4] and on_copies.extra["switched"] == switched
     kept_per_commit = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(use_cache=False, per_commit=True))
     assert kept_per_commit.strategy == "git" and "switched" not in kept_per_commit.extra
     with pytest.raises(ValueError, match="--per-commit"):

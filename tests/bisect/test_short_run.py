@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import git
@@ -49,17 +50,23 @@ def test_identity_depends_on_good_options_and_command():
 
 
 def test_the_runs_made_are_drawn_once_for_a_switched_search():
-    # what a search switching to the measured one starts from: every run's score at its commit, a
-    # commit that kept GOOD's stream (the same score for the same seed) adding no draw of its own
+    # what a search switching to the measured one starts from: every run's score at its commit, read
+    # from the probes' evidence (so a remote executor's runs count too), a commit that kept GOOD's
+    # stream (the same score for the same seed) adding no draw of its own
     pred = ShortRunPredicate(ShortRunOptions(metric="reward"))
     pred.setup("g" * 40, lambda: Path("."))
-    rows = lambda x: [{"step": 0, "reward": x}]       # noqa: E731
-    pred._good_runs = {0: rows(1.0), 1: rows(2.0)}
-    pred._runs = {"g" * 40: {0: rows(1.0), 1: rows(2.0)}, "kept": {0: rows(1.0), 1: rows(2.0)},
-                  "moved": {0: rows(0.5), 1: rows(2.0), 2: rows(float("nan"))}, "unlogged": {0: [{"step": 0}]}}
-    drawn = [(c, p.values["reward"], p.verdict, p.cause) for c, p in pred.drawn()]
-    assert [(c, v) for c, v, *_ in drawn[:3]] == [("g" * 40, 1.0), ("g" * 40, 2.0), ("moved", 0.5)]
-    assert drawn[3][0] == "moved" and drawn[3][1] != drawn[3][1] and len(drawn) == 4   # NaN: the worst run
+
+    def record(commit, good, probe, metric="reward", role="", seeds=None):
+        seeds = list(range(len(probe))) if seeds is None else seeds
+        return SimpleNamespace(commit=commit, role=role, detail={"seeds": seeds, "metrics": [
+            {"metric": "entropy", "good": [9.0] * len(good), "probe": [9.0] * len(probe)},
+            {"metric": metric, "good": good, "probe": probe}]})
+    records = [record("kept", [1.0, 2.0], [1.0, 2.0]), record("moved", [1.0, 2.0, 3.0], [0.5, 2.0, float("nan")]),
+               record("unlogged", [1.0], [7.0], metric="loss"), record("parent", [4.0], [5.0], role="confirm"),
+               SimpleNamespace(commit="failed", role="", detail={})]
+    drawn = [(c, p.values["reward"], p.values["seed"], p.verdict, p.cause) for c, p in pred.drawn(records)]
+    assert [d[:3] for d in drawn[:4]] == [("g" * 40, 1.0, 0), ("g" * 40, 2.0, 1), ("g" * 40, 3.0, 2), ("moved", 0.5, 0)]
+    assert drawn[4][0] == "moved" and drawn[4][1] != drawn[4][1] and len(drawn) == 5   # NaN: the worst run
     assert all(v is Verdict.GOOD and c is Cause.MEASURED for *_, v, c in drawn)
 
 

@@ -36,7 +36,7 @@ from rlbisect.errors import Cause, Verdict
 from rlbisect.metrics import comparable
 from rlbisect.bisect.predicates.train_runs import CommandRunner, FunctionRunner
 from rlbisect.runs.stats import Decision, Rule
-from rlbisect.runs.judge import Question, dashboard, judge, score
+from rlbisect.runs.judge import Question, dashboard, judge
 from rlbisect.runs.read import flatten, rename
 
 DEFAULT_RUNNER = "reference_trainer.train:short_run"
@@ -90,7 +90,6 @@ class ShortRunPredicate(BasePredicate):
         self.good: str | None = None
         self._checkout_good: Callable[[], Path] | None = None
         self._good_runs: dict[int, list[dict]] = {}
-        self._runs: dict[str, dict[int, list[dict]]] = {}   # each probed commit's, for confirm()
         self._good_tree: Path | None = None
         self._lock = threading.Lock()
 
@@ -160,7 +159,6 @@ class ShortRunPredicate(BasePredicate):
                 failed.seconds = total
                 return failed
             probe_runs.update(got)
-            self._runs.setdefault(commit, {}).update(got)
             verdict = self._judge(good, {s: probe_runs[s] for s in seeds}, total)
             if isinstance(verdict, Probe) or verdict.verdict != "unknown":
                 break
@@ -204,25 +202,30 @@ class ShortRunPredicate(BasePredicate):
         probe.reason = probe.reason.replace(" at GOOD", " at the parent")
         return probe
 
-    def drawn(self) -> list[tuple[str, Probe]]:
-        """Every run this predicate trained, GOOD's and each probed commit's, as the measured
-        search's one-run probes (``--metric``'s score), for a search that switches to it: runs
-        already paid for. A run whose score repeats one drawn with the same seed at another commit
-        is left out (that commit kept the random stream: the same draw again, not another)."""
-        metric, window = self.options.metric or "", self.options.window
+    def drawn(self, records) -> list[tuple[str, Probe]]:
+        """Every run the probes in ``records`` (report records) trained, GOOD's and each probed
+        commit's, read from their per-seed evidence (``detail``), as the measured search's one-run
+        probes (``--metric``'s score), for a search that switches to it: runs already paid for,
+        wherever they ran (a remote executor's nodes, an earlier bisect's cache). A run whose score
+        repeats one drawn with the same seed at another commit is left out (that commit kept the
+        random stream: the same draw again, not another). A check against the parent is not read:
+        its other side is not GOOD."""
+        metric = self.options.metric or ""
         seen: dict[int, set] = {}
         out = []
-        for commit, runs in [(self.good, self._good_runs), *self._runs.items()]:
-            for seed, rows in sorted(runs.items()):
-                try:
-                    value = score(rows, metric, window)
-                except KeyError:          # not logged by this run: it tells the search nothing
-                    continue
-                if repr(value) in seen.setdefault(seed, set()):
-                    continue
-                seen[seed].add(repr(value))
-                out.append((str(commit), Probe(Verdict.GOOD, {metric: value, "seed": float(seed)},
-                                               f"{metric} = {value:.4g} with seed {seed}", 0.0, Cause.MEASURED)))
+        for rec in records:
+            seeds = rec.detail.get("seeds")
+            sides = [m for m in rec.detail.get("metrics", []) if m.get("metric") == metric]
+            if rec.role == "confirm" or seeds is None or not sides:
+                continue
+            for commit, values in ((self.good, sides[0]["good"]), (rec.commit, sides[0]["probe"])):
+                for seed, value in zip(seeds, values):
+                    if repr(value) in seen.setdefault(seed, set()):
+                        continue
+                    seen[seed].add(repr(value))
+                    out.append((str(commit), Probe(Verdict.GOOD, {metric: value, "seed": float(seed)},
+                                                   f"{metric} = {value:.4g} with seed {seed}", 0.0,
+                                                   Cause.MEASURED)))
         return out
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
@@ -239,8 +242,9 @@ class ShortRunPredicate(BasePredicate):
         if j.went_nonfinite:
             m, how = next(iter(j.went_nonfinite.items()))
             return Probe(Verdict.BAD, {m: statistics.fmean(j.other[m])}, f"{m} is not a finite number at "
-                         f"this commit ({how}) while GOOD's is", seconds, Cause.RAISED, detail={"metrics": [
-                             {"metric": m, "good": j.good[m], "probe": j.other[m], "p": 0.0, "decides": True}]})
+                         f"this commit ({how}) while GOOD's is", seconds, Cause.RAISED, detail={
+                             "seeds": sorted(probe), "metrics": [{"metric": m, "good": j.good[m],
+                                                                  "probe": j.other[m], "p": 0.0, "decides": True}]})
         if j.decision is None:   # more seeds cannot help: nothing to compare
             return Probe(Verdict.SKIP, reason="no metric is logged (finite) by both GOOD's runs and this "
                          f"commit's (GOOD: {', '.join(j.good) or 'none'}; here: {', '.join(j.other) or 'none'})",
