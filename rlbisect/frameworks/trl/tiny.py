@@ -11,6 +11,7 @@ so the tests can show every check failing on the fault it is meant for.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import functools
 import hashlib
@@ -135,8 +136,40 @@ def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "gr
         dataloader_num_workers=0, disable_tqdm=True, reward_weights=REWARD_WEIGHTS, **extra)
     rewards: list[Any] = [answer_reward, brevity_reward]   # TRL's RewardFunc returns list[float | None]
     # the policy as a fresh copy of the one loaded once per process (TRL loads its reference by name)
-    return GRPOTrainer(model=copy.deepcopy(_loaded(str(_model_dir(seed)))), reward_funcs=rewards, args=args,
-                       train_dataset=_dataset(), processing_class=_tokenizer())
+    with _reference_loads_remembered():
+        return GRPOTrainer(model=copy.deepcopy(_loaded(str(_model_dir(seed)))), reward_funcs=rewards, args=args,
+                           train_dataset=_dataset(), processing_class=_tokenizer())
+
+
+_LOADS: dict = {}    # (the loader's arguments, torch's default dtype) -> an untouched copy of what it returned
+
+
+@contextlib.contextmanager
+def _reference_loads_remembered():
+    """TRL's reference-model loader (`create_model_from_path`, called by GRPOTrainer.__init__) made
+    to run once per process per set of arguments: a later call with the same ones gets a deep copy
+    of what the first returned. Loading is three quarters of building this demo's trainer, and the
+    checks build six; the loader is a pure function of its arguments and the files on disk (it
+    draws no random numbers: tests/frameworks/trl/test_tiny.py), and everything GRPOTrainer does
+    with what it returns still runs in every build. A TRL without the function loads as it always did."""
+    import trl.trainer.grpo_trainer as grpo
+    load = getattr(grpo, "create_model_from_path", None)
+    if load is None:
+        yield
+        return
+
+    def remembered(*args, **kwargs):
+        key = repr((args, sorted(kwargs.items()), torch.get_default_dtype()))
+        if key not in _LOADS:
+            model = load(*args, **kwargs)
+            _LOADS[key] = copy.deepcopy(model)
+            return model
+        return copy.deepcopy(_LOADS[key])
+    grpo.create_model_from_path = remembered
+    try:
+        yield
+    finally:
+        grpo.create_model_from_path = load
 
 
 @functools.lru_cache(maxsize=1)
