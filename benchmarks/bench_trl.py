@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import statistics
 import time
@@ -54,6 +55,10 @@ def main() -> None:
 
     steps, checks, parts, variants, K = [], [], [], 0, 0
     for r in range(args.repeats):      # alternate, so both sides see the same machine state
+        # each part starts from a collected heap, as a fresh `rlbisect check` process does: the
+        # trainers and adapters of the part before are otherwise still in memory, and the forked
+        # child copies every page either process writes
+        gc.collect()
         trainer = build_trainer(**opts)
         trainer.args.max_steps = 4
         timer = StepTimer()
@@ -61,11 +66,17 @@ def main() -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             trainer.train()
         steps += timer.times[1:]      # the first step pays one-time setup
+        del trainer, timer
+        gc.collect()
         t0 = time.perf_counter()
         adapter = demo(seed=1 + r, **opts)          # building the adapter is part of what the CLI pays
         with contextlib.redirect_stdout(io.StringIO()):    # as the CLI runs them: both at once on 2 cores
             results = check_seeds(lambda seed: adapter, [1 + r], runs=True)
         checks.append(time.perf_counter() - t0)
+        failed = [x.name for x in results.values() if not x.passed]
+        assert not failed, f"a check failed on unmodified TRL: {failed}"
+        del adapter, results
+        gc.collect()
         t0 = time.perf_counter()                    # the parts one after another, for the breakdown
         adapter = demo(seed=1 + r, **opts)
         t1 = time.perf_counter()
@@ -77,8 +88,6 @@ def main() -> None:
         offers = Offers.of(adapter)
         variants = len(offers.variants) if offers.with_settings else 0
         K = 0 if offers.train_run is None else 2 * STEPS + VARIANT_STEPS * bool(offers.run_variant)
-        failed = [x.name for x in results.values() if not x.passed]
-        assert not failed, f"a check failed on unmodified TRL: {failed}"
     step, check = statistics.median(steps), statistics.median(checks)
     import trl
     print(f"TRL {trl.__version__}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
