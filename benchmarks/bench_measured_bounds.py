@@ -1,0 +1,103 @@
+"""How far the measured search (`--flaky` with `--metric`) is from searches that know more than it
+can: the same simulated histories, the same draws, three searches.
+
+* shipped: `rlbisect.bisect.measured.MeasuredSearch` as `rlbisect run` uses it (ranks, each side's
+  mean and spread unknown);
+* told the spread: the same search on the raw values with the seed spread known (its
+  Normal-Inverse-Gamma prior pinned at sigma = 1) and both means unknown;
+* oracle: both sides' means and the spread known: the exact posterior over the culprit, each run
+  where it tells most (mutual information by quadrature), the same stop (posterior 0.975).
+
+A user knows neither mean (the baseline, nor how large the regression is), so the oracle is a floor
+no search reaches; the middle row is what knowing the seed spread alone would buy.
+
+Usage: python benchmarks/bench_measured_bounds.py [--histories 100] [--shifts 1,2,4] [--commits 32,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import bench_measured as bm   # noqa: E402   (its histories and its driver of the search)
+from rlbisect.bisect import measured, measured_fit   # noqa: E402
+
+STOP = 0.975     # the search's own: 1 - (1 - 0.95) / 2
+
+
+@contextlib.contextmanager
+def told_the_spread():
+    """The shipped search on raw values, its prior pinned at sigma^2 = 1 (IG(1e4, 1e4)) with a
+    vague prior on each side's mean."""
+    saved = measured.normal_scores, measured_fit.A0, measured_fit.B0, measured_fit.KAPPA0
+    measured.normal_scores = lambda v: np.asarray(v, float)
+    measured_fit.A0 = measured_fit.B0 = 1e4
+    measured_fit.KAPPA0 = 0.01
+    try:
+        yield
+    finally:
+        measured.normal_scores, measured_fit.A0, measured_fit.B0, measured_fit.KAPPA0 = saved
+
+
+def oracle(h: bm.History) -> tuple[int | None, int]:
+    """Both means (0 and -shift) and the spread (1) known; positions 0..N, culprit in 1..N."""
+    n, delta = bm.N, h.shift
+    ks = np.arange(1, n + 1)
+    xs = np.linspace(-8 - delta, 8, 801)
+    dx = xs[1] - xs[0]
+
+    def pdf(x, mean):
+        return np.exp(-0.5 * (x - mean) ** 2) / np.sqrt(2 * np.pi)
+
+    def entropy(p):
+        return -(p * np.log(np.maximum(p, 1e-300))).sum() * dx
+    noise = entropy(pdf(xs, 0.0))
+    logp, seen, runs = np.zeros(n), {}, 0
+    while runs < bm.BUDGET:
+        post = np.exp(logp - logp.max())
+        post /= post.sum()
+        if post.max() >= STOP:
+            return int(ks[post.argmax()]), runs
+        bad_side = np.cumsum(post)                   # P(k <= c): a run at c is on the bad side
+        gains = [entropy((1 - b) * pdf(xs, 0.0) + b * pdf(xs, -delta)) - noise for b in np.r_[0.0, bad_side]]
+        c = int(np.argmax(gains))
+        x = h.run(c, seen.get(c, 0))
+        seen[c] = seen.get(c, 0) + 1
+        runs += 1
+        logp += np.where(ks <= c, np.log(pdf(x, -delta)), np.log(pdf(x, 0.0)))
+    return None, runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--histories", type=int, default=100)
+    ap.add_argument("--shifts", default="1,2,4")
+    ap.add_argument("--commits", default="32,64")
+    args = ap.parse_args()
+    print("| commits | shift (seed spreads) | shipped: right / wrong / none, runs (p95) | told the spread | oracle |")
+    print("|---|---|---|---|---|")
+    for commits in (int(c) for c in args.commits.split(",")):
+        bm.N = commits - 1          # positions 0..N: GOOD, the commits after it, BAD the last
+        for shift in (float(s) for s in args.shifts.split(",")):
+            t0 = time.perf_counter()
+            hs = [bm.History("normal", shift, 1000 * i + 7) for i in range(args.histories)]
+            truth = [h.culprit for h in hs]
+            shipped = [bm.measured(h)[:2] for h in hs]
+            with told_the_spread():
+                told = [bm.measured(h)[:2] for h in hs]
+            best = [oracle(h) for h in hs]
+            print(f"| {commits} | {shift:g} | {bm.tally(shipped, truth)} | {bm.tally(told, truth)} | "
+                  f"{bm.tally(best, truth)} |", flush=True)
+            print(f"  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
