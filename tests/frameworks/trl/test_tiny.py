@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -37,7 +38,6 @@ def test_trls_reference_loader_draws_no_random_numbers():
 
 
 def test_a_remembered_reference_is_what_trl_builds_and_is_each_trainers_own(monkeypatch):
-    import contextlib
     ids = torch.tensor([[2, 5, 6, 3]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
