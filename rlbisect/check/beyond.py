@@ -31,11 +31,11 @@ Each returns :class:`NotApplicable` with its reason where the trainer has nothin
 
 from __future__ import annotations
 
-import copy
 
 import torch
 
 from rlbisect.check.adapter import Prepared
+from rlbisect.check.copies import clone
 from rlbisect.check.invariants import INVARIANTS, masked_mean
 from rlbisect.check.results import NotApplicable
 
@@ -85,7 +85,7 @@ def _kl_pull(ctx):
     prep = Prepared(ctx.prep.mask, ctx.stepped["new_logp"], torch.zeros_like(ctx.prep.advantages))
     g = ctx.term_gradient(trained, rows, (prep, {"ref": ref}), (prep, {}))
     before = kl(ctx.stepped["new_logp"][rows])
-    moved = copy.deepcopy(trained)
+    moved = clone(trained)
     with torch.no_grad():                         # a small step, scale-free: KL_STEP of the weights' norm
         flat = torch.cat([p.flatten() for p in moved.parameters()])
         size = KL_STEP * flat.norm()

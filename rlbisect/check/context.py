@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 import torch
 from rlbisect.check.adapter import Offers, Prepared, TrainerAdapter
+from rlbisect.check.copies import clone
 from rlbisect.check.results import NotApplicable
 from rlbisect.check.thresholds import Thresholds
 
@@ -101,7 +102,7 @@ class CheckContext:
     def moved(self) -> torch.nn.Module:
         """The policy moved a seeded, trainer-independent step away from itself (and so from a
         reference made of it): every weight plus noise of MOVE times its tensor's spread."""
-        moved = copy.deepcopy(self.model)
+        moved = clone(self.model)
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():
             for p in moved.parameters():
@@ -130,7 +131,7 @@ class CheckContext:
                 consumed.append([x.detach().clone() for x in (rows, mask, old_logp, advantages)])
 
         def update(poison: bool):
-            trained = copy.deepcopy(self.model)
+            trained = clone(self.model)
             trained.zero_grad(set_to_none=True)
             ref = self.adapter.make_ref(trained)
             seen = {}

@@ -22,7 +22,6 @@ comes (the graph and the weights move on), and keeps only the numbers.
 
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
@@ -31,6 +30,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from rlbisect.check.spec import Objective, advantages, objective_loss
+from rlbisect.check.copies import clone
 
 NAN = float("nan")
 
@@ -110,7 +110,7 @@ class Recorder:
     # -- sampling ------------------------------------------------------------------------------
     def _sampled(self, step: int, model, batch, truth) -> None:
         if self._initial is None:            # the reference a KL term must use: the starting policy
-            self._initial = copy.deepcopy(model)
+            self._initial = clone(model)
             self._hooked = [p.register_post_accumulate_grad_hook(self._accumulated)
                             for p in model.parameters() if p.requires_grad]
         self._batch, self._truth, self._initial_logp = batch, truth, None

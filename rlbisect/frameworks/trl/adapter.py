@@ -21,7 +21,6 @@ checks a tiny GRPOTrainer built in code (`tiny.py`); `--adapter-opt loss_type=da
 
 from __future__ import annotations
 
-import copy
 import types
 import weakref
 from typing import Any, Callable, Hashable, Optional
@@ -31,6 +30,7 @@ import torch
 from rlbisect.frameworks.trl import _internals as trl_, _sampling, declared, run
 from rlbisect.check.adapter import Prepared
 from rlbisect.check.capabilities import Capabilities
+from rlbisect.check.copies import clone
 
 PPO_CLIP, OTHER_OBJECTIVES = declared.PPO_CLIP, declared.OTHER_OBJECTIVES
 
@@ -73,7 +73,7 @@ class GRPOAdapter:
         if factory is not None:      # short runs of GRPOTrainer.train() on fresh trainers (run.py)
             self.train_run = types.MethodType(run.train_run, self)
             self.run_spec = types.MethodType(run.run_spec, self)
-        self._initial = copy.deepcopy(trl_.unwrapped(trainer))      # step 0, before anything trains it
+        self._initial = clone(trl_.unwrapped(trainer))      # step 0, before anything trains it
 
     def _with_settings(self, **settings) -> "GRPOAdapter":
         """The same trainer (its faults included) at other settings, built by the factory."""
@@ -82,7 +82,7 @@ class GRPOAdapter:
     # -- the Protocol ---------------------------------------------------------------------------
 
     def policy(self):
-        return copy.deepcopy(self._initial)
+        return clone(self._initial)
 
     def probe_batch(self):
         """A generation batch of `episodes` completions (episodes / G prompts drawn by the seed from
@@ -215,7 +215,7 @@ class GRPOAdapter:
             return None
         if tr.ref_model is None or tr.ref_model is tr.model:    # PEFT: the base with the adapter off; or a bug
             return model
-        return copy.deepcopy(tr.accelerator.unwrap_model(tr.ref_model))
+        return clone(tr.accelerator.unwrap_model(tr.ref_model))
 
     def pad(self, batch, extra):
         """`extra` more completion positions on the right, where TRL pads completions."""

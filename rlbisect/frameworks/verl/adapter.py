@@ -15,7 +15,6 @@ is `forward_backward_batch` (verl's micro-batch split, a backward per micro-batc
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Optional
 
 import numpy as np
@@ -23,6 +22,7 @@ import torch
 
 from rlbisect.check.adapter import Prepared, Truth
 from rlbisect.check.capabilities import Capabilities
+from rlbisect.check.copies import clone
 from rlbisect.frameworks.verl import _internals as v, declared, tiny
 
 ROW = "rlbisect_row"      # rides verl's mini-batch shuffle and micro-batch split
@@ -98,7 +98,7 @@ class VerlAdapter:
 
     # -- the Protocol ---------------------------------------------------------------------------
     def policy(self):
-        return copy.deepcopy(self._initial)
+        return clone(self._initial)
 
     def probe_batch(self):
         """`episodes / GROUP` tasks drawn by the seed, each GROUP times (one uid per task), sampled by
@@ -237,7 +237,7 @@ class VerlAdapter:
     def make_ref(self, model):
         if not self.s["use_kl_loss"]:
             return None
-        return model if self.bug == "ref_is_policy" else copy.deepcopy(self._initial)
+        return model if self.bug == "ref_is_policy" else clone(self._initial)
 
     def pad(self, batch, extra):
         batch = self._own(batch)

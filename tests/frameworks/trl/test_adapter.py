@@ -234,3 +234,24 @@ def test_rewards_that_cannot_be_rerun_apart_from_trl_leave_check_16_na():
         tr.reward_funcs = [tr.reward_funcs[0], other]
         assert _sampling.configured_rewards(tr, [{"prompt": "add d1 d2 ="}], torch.tensor([[5, 1]]),
                                        torch.tensor([1])) is None
+
+
+def test_the_adapters_policy_copies_run_their_own_weights_on_every_path():
+    """TRL 1.16 patches the policy's forward with a closure over the original's bound forward: a
+    plain deep copy, moved, would still answer the unfused path with the trainer's weights."""
+    import torch
+    from rlbisect.frameworks.trl import _internals as trl_
+    from rlbisect.frameworks.trl.adapter import demo
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        adapter = demo()
+    tr = adapter.trainer     # the demo's KL term is on: TRL keeps a reference model
+    ids = torch.tensor([[1, 2, 3, 4]])
+    pairs = [(adapter.policy(), trl_.unwrapped(adapter.trainer)),
+             (adapter.make_ref(adapter.policy()), tr.accelerator.unwrap_model(tr.ref_model))]
+    for copied, source in pairs:
+        assert torch.equal(copied(ids).logits, source(ids).logits)
+        with torch.no_grad():
+            for p in copied.parameters():
+                p.mul_(0.5)
+        assert not torch.equal(copied(ids).logits, source(ids).logits)
