@@ -36,15 +36,16 @@ STOP = 0.975     # the search's own: 1 - (1 - 0.95) / 2
 @contextlib.contextmanager
 def told_the_spread():
     """The shipped search on raw values, its prior pinned at sigma^2 = 1 (IG(1e4, 1e4)) with a
-    vague prior on each side's mean."""
-    saved = measured.normal_scores, measured_fit.A0, measured_fit.B0, measured_fit.KAPPA0
+    vague prior on each side's mean (and without the values' second view: it is one)."""
+    saved = measured.normal_scores, measured_fit.A0, measured_fit.B0, measured_fit.KAPPA0, measured.VALUES_STOP
     measured.normal_scores = lambda v: np.asarray(v, float)
+    measured.VALUES_STOP = 2.0
     measured_fit.A0 = measured_fit.B0 = 1e4
     measured_fit.KAPPA0 = 0.01
     try:
         yield
     finally:
-        measured.normal_scores, measured_fit.A0, measured_fit.B0, measured_fit.KAPPA0 = saved
+        measured.normal_scores, measured_fit.A0, measured_fit.B0, measured_fit.KAPPA0, measured.VALUES_STOP = saved
 
 
 def oracle(h: bm.History) -> tuple[int | None, int]:

@@ -23,13 +23,14 @@ culprit's posterior at its ``j / J`` quantiles: k-ary splits while it is broad, 
 boundary once it is sharp.
 
 Stop: as :mod:`rlbisect.bisect.bayes` (the same :class:`~rlbisect.bisect.bayes.Decision`):
-``found`` once the top culprit reaches ``1 - (1 - confidence) / MARGIN``; ``no_regression`` when
+``found`` once the top culprit reaches ``1 - (1 - confidence) / MARGIN``, or once the values in seed
+spreads (:func:`~rlbisect.bisect.measured_fit.values_posterior`, which sees how far apart the sides
+are) put it at :data:`VALUES_STOP` and its ranks at :data:`RANKS_AGREE`; ``no_regression`` when
 ``NONE`` does, or with ``min_effect`` when no move that large the way asked is left (``negligible``,
 after ``16 / min_effect^2`` runs: two standard errors of a half-and-half split); ``skipped`` when
 only skipped commits separate the likeliest culprits; ``unknown`` at the budget. Before a culprit
 is named, each side is searched for a change of its own; one found there (posterior >=
 :data:`SECOND_CHANGE`) is ``misfit``: two changes, a band or a drift, and no single culprit.
-Measured in ``benchmarks/bench_measured.py`` (docs/noisy.md).
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ from typing import Literal
 import numpy as np
 
 from rlbisect.bisect.bayes import Decision, needed
-from rlbisect.bisect.measured_fit import GRID, normal_scores, side_loglik, side_predictive, small_move
+from rlbisect.bisect.measured_fit import (GRID, normal_scores, position_sums, side_loglik, side_predictive,
+                                          small_move, values_posterior)
 
 NONE_PRIOR = 0.04                #: prior that nothing in the range changed the metric
 START_RUNS = 2                   #: runs at GOOD and at BAD before any other
 SECOND_CHANGE = 0.99             #: a side's own change at this posterior makes the answer misfit
+VALUES_STOP, RANKS_AGREE = 0.999, 0.8   #: to name on the values: theirs and the ranks' posterior (lower: more wrong)
 
 Direction = Literal["lower", "higher", "change"]
 
@@ -97,17 +100,11 @@ class MeasuredSearch:
         counts = np.bincount(np.asarray(self.positions, int), minlength=self.n + 1)
         return {i: int(c) for i, c in enumerate(counts) if c}
 
-    def _sums(self, scores: np.ndarray, positions: np.ndarray):
-        """Prefix sums over positions: ``out[j]`` covers positions ``< j`` (j = 0..n+1)."""
-        def prefix(w):
-            return np.r_[0.0, np.cumsum(np.bincount(positions, weights=w, minlength=self.n + 1))]
-        return prefix(np.ones_like(scores)), prefix(scores), prefix(scores * scores)
-
     def _update(self) -> dict:
         if not self._cache:
             pos = np.asarray(self.positions, int)
             z = normal_scores(np.asarray(self.values, float))
-            m, s, q = self._sums(z, pos)
+            m, s, q = position_sums(z, pos, self.n)
             k = np.arange(1, self.n + 1)
             ll = np.r_[side_loglik(m[-1], s[-1], q[-1]),
                        side_loglik(m[k], s[k], q[k]) + side_loglik(m[-1] - m[k], s[-1] - s[k], q[-1] - q[k])]
@@ -227,7 +224,7 @@ class MeasuredSearch:
                 inner.observe(p - lo, v)
         return 1.0 - float(inner.culprit_posterior()[0]) if inner.values else 0.0
 
-    def _answer(self, k: int, p: float) -> Decision:
+    def _answer(self, k: int, p: float, why: str = "") -> Decision:
         if k == 0:
             return Decision("no_regression", p=p)
         side = self.sides(k)
@@ -243,7 +240,7 @@ class MeasuredSearch:
             return Decision("no_regression", first_bad=k, p=p, message=(
                 f"the metric changed at position {k}, but {'rose' if after > before else 'fell'} "
                 f"(median {before:.4g} -> {after:.4g}): not a regression in the direction asked"))
-        return Decision("found", first_bad=k, candidates=(k,), p=p)
+        return Decision("found", first_bad=k, candidates=(k,), p=p, message=why)
 
     def decide(self, confidence: float = 0.95, max_runs: int | None = None,
                runs: int | None = None, since: int = 1) -> Decision:
@@ -256,6 +253,11 @@ class MeasuredSearch:
         best = int(np.argmax(post))
         if started and post[best] >= need:
             return self._answer(best, float(post[best]))
+        if started and best and post[best] >= RANKS_AGREE and (values := values_posterior(
+                np.asarray(self.values, float), np.asarray(self.positions, int), self._log_prior)) is not None \
+                and int(np.argmax(values)) == best and values[best] >= VALUES_STOP:
+            return self._answer(best, float(values[best]), f"posterior {values[best]:.4f} on the runs' values "
+                                f"in seed spreads, {post[best]:.3f} on their ranks")
         if started and self.min_effect is not None and self.n_obs >= 16 / self.min_effect ** 2 \
                 and (small := self.negligible()) >= need:
             return Decision("no_regression", p=small, message=(

@@ -8,6 +8,11 @@ scores with its own unknown mean and variance under a Normal-Inverse-Gamma prior
 marginal likelihood in closed form, :func:`side_predictive` its predictive of one more score (a
 Student t) as weights on :data:`GRID`. Sums over positions come in as counts, sums and sums of
 squares, so every split is one vectorised call.
+
+Ranks do not see how far apart two sides are: however large the move, the runs either side of it
+are neighbours in rank. :func:`values_posterior` is the second view, on the values themselves in
+seed spreads (the spread between runs of one commit): each side normal with its own mean, one
+variance for both, so an outlier widens it for both sides and makes the view less sure, not more.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ _gammaln = np.vectorize(math.lgamma, otypes=[float])
 _ndtri = np.vectorize(NormalDist().inv_cdf, otypes=[float])
 
 A0, B0, KAPPA0 = 1.0, 0.5, 0.5   #: per side: sigma^2 ~ IG(A0, B0), mean ~ N(0, sigma^2 / KAPPA0)
+VALUES_KAPPA0 = 0.1              #: the values' view: each side's mean ~ N(0, sigma^2 / 0.1), sigma^2 shared
 GRID = np.linspace(-4.0, 4.0, 161)   #: scores on which the predictive is integrated
 
 
@@ -40,6 +46,13 @@ def normal_scores(values: np.ndarray) -> np.ndarray:
         if e - s > 1:
             ranks[order[s:e]] = (s + 1 + e) / 2
     return _ndtri((ranks - 0.375) / (n + 0.25))
+
+
+def position_sums(scores: np.ndarray, positions: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Counts, sums and square sums of ``scores`` over positions ``< j``, for j = 0..n+1."""
+    def prefix(w):
+        return np.r_[0.0, np.cumsum(np.bincount(positions, weights=w, minlength=n + 1))]
+    return prefix(np.ones_like(scores)), prefix(scores), prefix(scores * scores)
 
 
 def side_loglik(m: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -83,3 +96,49 @@ def small_move(before: tuple, after: tuple, delta: float, higher: bool) -> np.nd
     move = (loc[1] - loc[0]) if higher else (loc[0] - loc[1])
     z = (delta - move) / np.sqrt(var[0] + var[1])
     return 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+
+
+def seed_spread(values: np.ndarray, positions: np.ndarray) -> float:
+    """The spread between runs of one commit, robustly: the median |difference| of every two finite
+    runs at the same position, over sqrt(2) x 0.6745 (a normal's); 0 without such a pair."""
+    diffs = []
+    for p in np.unique(positions):
+        x = values[positions == p]
+        if len(x) > 1:
+            diffs.append(np.abs(x[:, None] - x[None, :])[np.triu_indices(len(x), 1)])
+    return float(np.median(np.concatenate(diffs))) / (math.sqrt(2) * 0.6744897501960817) if diffs else 0.0
+
+
+def shared_loglik(left: tuple, right: tuple) -> np.ndarray:
+    """Log marginal likelihood of two sides, each (count, sum, square sum) per split: normal, each
+    with its own mean (prior ``N(0, sigma^2 / VALUES_KAPPA0)``), one ``sigma^2 ~ IG(A0, B0)``."""
+    logdet, spread, n = np.zeros(1), np.full(1, B0), np.zeros(1)
+    for m, s, q in (left, right):
+        m = np.asarray(m, float)
+        safe = np.maximum(m, 1)
+        logdet = logdet + 0.5 * np.log(VALUES_KAPPA0 / (VALUES_KAPPA0 + m))
+        spread = spread + 0.5 * np.where(m > 0, np.maximum(q - s * s / safe, 0.0)
+                                         + VALUES_KAPPA0 * s * s / safe / (VALUES_KAPPA0 + m), 0.0)
+        n = n + m
+    return (logdet + _gammaln(A0 + n / 2) - math.lgamma(A0) + A0 * math.log(B0)
+            - (A0 + n / 2) * np.log(spread) - n / 2 * math.log(2 * math.pi))
+
+
+def values_posterior(values: np.ndarray, positions: np.ndarray, log_prior: np.ndarray) -> np.ndarray | None:
+    """Posterior of NONE (index 0) and each culprit 1..n from the finite values in seed spreads
+    around their median; None while no commit has two finite runs that differ (crashed runs count
+    in the ranks only)."""
+    keep = np.isfinite(values)
+    v, pos = values[keep], positions[keep]
+    spread = seed_spread(v, pos) if len(v) else 0.0
+    if not spread > 0:
+        return None
+    n = len(log_prior) - 1
+    m, s, q = position_sums((v - np.median(v)) / spread, pos, n)
+    k = np.arange(1, n + 1)
+    none = (m[-1:], s[-1:], q[-1:])
+    ll = np.r_[shared_loglik(none, (0.0, 0.0, 0.0)),
+               shared_loglik((m[k], s[k], q[k]), (m[-1] - m[k], s[-1] - s[k], q[-1] - q[k]))]
+    lp = log_prior + ll
+    post = np.exp(lp - lp.max())
+    return post / post.sum()

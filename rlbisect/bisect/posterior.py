@@ -184,7 +184,8 @@ class MeasuredPosterior(Posterior):
             moved = (f"; {self.metric} median {side['before']['median']:.4g} -> "
                      f"{side['after']['median']:.4g} over {side['before']['runs']} + "
                      f"{side['after']['runs']} runs") if side.get("after", {}).get("runs") else ""
-            return Conclusion(Status.FOUND, sha, [sha], f"posterior {d.p:.3f} >= {self.confidence}{moved}",
+            why = d.message or f"posterior {d.p:.3f} >= {self.confidence}"
+            return Conclusion(Status.FOUND, sha, [sha], f"{why}{moved}",
                               extra)
         if d.status == "no_regression":
             why = d.message or (f"posterior {d.p:.3f} that no commit in the range changed "

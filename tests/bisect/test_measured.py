@@ -134,3 +134,38 @@ def test_the_smallest_move_is_one_way():
         MeasuredSearch(8, "change", min_effect=0.5)
     with pytest.raises(ValueError, match="min_effect"):
         MeasuredSearch(8, "lower", min_effect=0.0)
+
+
+def _large_moves(values_stop: float, monkeypatch) -> list[tuple[bool, int, str]]:
+    from rlbisect.bisect import measured
+    monkeypatch.setattr(measured, "VALUES_STOP", values_stop)
+    out = []
+    for seed in range(12):
+        culprit = 1 + seed * 5 % 31
+        d, runs, _ = search(31, culprit, lambda r, bad: r.normal() - (6.0 if bad else 0.0), seed=seed)
+        out.append((d.status == "found" and d.first_bad == culprit, runs, d.message))
+    return out
+
+
+def test_a_large_move_is_named_on_the_values_in_fewer_runs_than_ranks_need(monkeypatch):
+    """Ranks cannot see how far apart the sides are: six seed spreads look like one in rank. The
+    values' view names the same culprits in fewer runs (off: a threshold never reached)."""
+    ranks_only = _large_moves(1.1, monkeypatch)
+    both = _large_moves(0.999, monkeypatch)
+    assert all(ok for ok, _, _ in ranks_only) and all(ok for ok, _, _ in both)
+    assert sum(r for _, r, _ in both) < 0.85 * sum(r for _, r, _ in ranks_only)
+    assert any("on the runs' values" in m for _, _, m in both)
+    assert not any(m for _, _, m in ranks_only)
+
+
+def test_the_values_name_no_culprit_their_ranks_do_not_lead_to(monkeypatch):
+    """Where the values named a culprit, a values' posterior as sure of another commit is no answer."""
+    from rlbisect.bisect import measured
+    d, _, s = search(31, 12, lambda r, bad: r.normal() - (6.0 if bad else 0.0), seed=4)
+    ranks = s.culprit_posterior()
+    assert d.status == "found" and d.first_bad == 12 and "values" in d.message
+    assert measured.RANKS_AGREE <= ranks[12] < 0.975
+    elsewhere = np.zeros(32)
+    elsewhere[11] = 1.0
+    monkeypatch.setattr(measured, "values_posterior", lambda *a: elsewhere)
+    assert s.decide(0.95).status == "probe"
