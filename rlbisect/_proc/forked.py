@@ -9,6 +9,7 @@ piece beside the caller: the run-level checks while the step-0 checks run here.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import pickle
@@ -20,6 +21,22 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _task: Callable | None = None      # what forked children run: inherited, never pickled
+# children that sent their value and are still exiting: unmapping a process the size of one holding
+# torch takes ~15 ms, which the caller need not wait for. Reaped later, at the latest at exit
+_exiting: list[int] = []
+
+
+def _reap(block: bool = False) -> None:
+    for pid in list(_exiting):
+        try:
+            done = os.waitpid(pid, 0 if block else os.WNOHANG)[0]
+        except ChildProcessError:       # reaped elsewhere
+            done = pid
+        if done:
+            _exiting.remove(pid)
+
+
+atexit.register(_reap, True)
 
 
 def _run(item):
@@ -51,6 +68,7 @@ class Started:
 
     def __init__(self, fn: Callable[[], R], beside: bool = True):
         self.fn, self.pid = fn, 0
+        _reap()
         if not beside or usable_cores() < 2 or not hasattr(os, "fork"):
             return                                  # run here when asked
         for stream in (sys.stdout, sys.stderr):     # nothing buffered before the fork is written twice
@@ -73,9 +91,12 @@ class Started:
             return self.fn()
         with os.fdopen(self.read, "rb") as pipe:
             data = pipe.read()
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = 0
-        if not data:
+        pid, self.pid = self.pid, 0
+        if data:
+            _exiting.append(pid)
+            _reap()
+        else:
+            status = os.waitpid(pid, 0)[1]
             raise RuntimeError(f"the forked child computing {getattr(self.fn, '__name__', self.fn)!r} "
                                f"died (wait status {status})")
         ok, got = pickle.loads(data)   # from our own child, through a pipe: never from a file

@@ -68,13 +68,15 @@ def mismatch(mine: dict, my_env: dict[str, str], theirs: dict, their_env: dict[s
 def loaded_modules() -> dict[str, str]:
     """Top-level module -> the file it was loaded from, for every module loaded from a file (but
     the ``FILE.py`` adapters rlbisect loads by path as ``_rlbisect_adapter_*``: no sys.path finds
-    those, and the file itself is what identifies them)."""
+    those, and the file itself is what identifies them). A submodule also entered under a top-level
+    alias (scipy's Cython modules: `_csparsetools` is `scipy.sparse._csparsetools`) is its package's:
+    no sys.path finds the alias either."""
     out = {}
     for name, module in list(sys.modules.items()):
         spec = getattr(module, "__spec__", None)
-        if name.startswith("_rlbisect_adapter_"):
+        if name.startswith("_rlbisect_adapter_") or spec is None or spec.name != name:
             continue
-        if "." not in name and not name.startswith("__") and spec is not None and spec.has_location and spec.origin:
+        if "." not in name and not name.startswith("__") and spec.has_location and spec.origin:
             out[name] = spec.origin
     return out
 

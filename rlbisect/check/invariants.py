@@ -152,19 +152,24 @@ def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
     there, A' here after the step-0 checks). Neither reads what the other did to the adapter: the
     numbers are the same either way."""
     from rlbisect._proc.forked import started
-    from rlbisect.check.run_level import finish, main_runs, quiet_run
+    from rlbisect.check.run_level import finish, main_run, quiet_run, variant_run
     adapters = {seed: make_adapter(seed) for seed in seeds}
     if not runs:
         return over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
     first = adapters[seeds[0]]
-    later = started(lambda: main_runs(first, thresholds=thresholds), beside)
+
+    def main_and_variant():
+        main = main_run(first)
+        return main, variant_run(first) if main.done is None else None
+    later = started(main_and_variant, beside)
     try:
         out = over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
         quiet = quiet_run(first)      # here while the child runs A and B: the two cores even out
     except BaseException:
         later.cancel()
         raise
-    return {**out, **finish(first, later(), quiet)}
+    main, variant = later()
+    return {**out, **finish(first, main, quiet, variant, thresholds=thresholds)}
 
 
 def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], seeds: list[int],

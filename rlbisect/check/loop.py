@@ -1,4 +1,4 @@
-"""The run-level identities, judged from what :class:`~rlbisect.check.observe.Recorder` saw.
+"""The run-level identities, judged from the runs' records (:class:`~rlbisect.check.observe.Record`).
 
 Pure: recorded numbers and declarations (:class:`~rlbisect.check.spec.RunSpec`) in, one
 :class:`CheckResult` per identity out. :mod:`rlbisect.check.run_level` runs the trainer.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional, Sequence, Union
 
-from rlbisect.check.observe import Recorder
+from rlbisect.check.observe import Record
 from rlbisect.check.results import CheckResult, NotApplicable
 from rlbisect.check.spec import RunSpec, lr_factor
 from rlbisect.check.thresholds import Thresholds
@@ -30,11 +30,11 @@ def _worst(values: Sequence[float]) -> float:
     return max(values, key=lambda v: math.inf if v != v else v) if values else 0.0
 
 
-def _over_losses(recs: Sequence[Recorder], field: str) -> list[float]:
+def _over_losses(recs: Sequence[Record], field: str) -> list[float]:
     return [getattr(seen, field) for rec in recs for seen in rec.losses]
 
 
-def judge(recs: Sequence[Recorder], specs: Sequence[Optional[RunSpec]], t: Thresholds, offers: Any) -> dict[str, CheckResult]:
+def judge(recs: Sequence[Record], specs: Sequence[Optional[RunSpec]], t: Thresholds, offers: Any) -> dict[str, CheckResult]:
     """Every identity over the recorded runs (``recs[i]`` declared by ``specs[i]``)."""
     out = {}
     for name, fn in CHECKS.items():
@@ -227,7 +227,7 @@ def _state(recs, specs, t, offers) -> Found:
     breaks = 0
     for rec in recs:
         steps = rec.opt_steps
-        breaks += sum(a.optimizer is not b.optimizer for a, b in zip(steps, steps[1:]))
+        breaks += sum(a.optimizer != b.optimizer for a, b in zip(steps, steps[1:]))
         counted = [o.state_step for o in steps if o.state_step == o.state_step]
         breaks += sum(b != a + 1 for a, b in zip(counted, counted[1:]))
     return float(breaks), breaks == 0

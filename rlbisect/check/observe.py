@@ -56,7 +56,7 @@ class OptSeen:
 
     step: int                # the training step it belongs to (-1: before any was sampled)
     n: int                   # optimizer steps before it in the run
-    optimizer: Any           # the object (kept, so a freed one's id is never reused)
+    optimizer: int           # which of the run's optimizer objects stepped (0: the first one seen)
     kind: str                # its class name
     groups: list[dict]       # each param group's values other than params
     grad_norm: float         # global norm of the gradients it is about to apply
@@ -84,6 +84,17 @@ class EvalSeen:
 
 
 @dataclass
+class Record:
+    """What a :class:`Recorder` kept of one run: numbers only, so it can come back from a forked
+    child (:mod:`rlbisect.check.run_level` runs the configured setting's runs beside the checks)."""
+
+    steps: list[StepSeen]
+    losses: list[LossSeen]
+    opt_steps: list[OptSeen]
+    evals: list[EvalSeen]
+
+
+@dataclass
 class Recorder:
     """The tap. ``adapter`` gives the independent log-probs (``log_probs``); ``spec`` the objective
     the loss is compared with (None: that comparison is skipped)."""
@@ -103,6 +114,10 @@ class Recorder:
     _eval_weights: Optional[list] = None
     _grad_sq: dict = field(default_factory=dict)   # id(param) -> |grad|^2 after its latest backward
     _hooked: list = field(default_factory=list)
+    _optimizers: list = field(default_factory=list)   # every one seen stepping, kept alive: told apart by identity
+
+    def record(self) -> Record:
+        return Record(self.steps, self.losses, self.opt_steps, self.evals)
 
     def __call__(self, event: str, **values) -> None:
         getattr(self, "_" + event.replace("-", "_"))(**values)
@@ -177,8 +192,12 @@ class Recorder:
             first = optimizer.state.get(params[0], {}) if params else {}
             state_step = first.get("step", NAN)
             pre, self._grad_sq = sum(self._grad_sq.values()) ** 0.5 if self._grad_sq else NAN, {}
+            which = next((i for i, o in enumerate(self._optimizers) if o is optimizer), None)
+            if which is None:
+                which = len(self._optimizers)
+                self._optimizers.append(optimizer)
             self.opt_steps.append(OptSeen(
-                self.steps[-1].step if self.steps else -1, len(self.opt_steps), optimizer, type(optimizer).__name__,
+                self.steps[-1].step if self.steps else -1, len(self.opt_steps), which, type(optimizer).__name__,
                 [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups],
                 float(torch.stack(grads).norm()) if grads else 0.0, pre, frozenset(id(p) for p in params),
                 float(state_step), self._eval_weights is not None))

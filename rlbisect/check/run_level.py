@@ -32,12 +32,13 @@ optimizer hooks; what needs a tap or a declaration it does not make is n/a, with
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 from rlbisect.check import loop
 from rlbisect.check.adapter import Offers
-from rlbisect.check.observe import Recorder
+from rlbisect.check.observe import Record, Recorder
 from rlbisect.check.results import CheckResult, NotApplicable
+from rlbisect.check.spec import RunSpec
 from rlbisect.check.thresholds import Thresholds
 from rlbisect.metrics import is_timing
 from rlbisect.errors import CannotRun
@@ -75,57 +76,57 @@ def _repeatable(rows: list[dict], quiet: list[dict], rerun: Callable[[], list[di
                                   na="" if again == 0 else "runs with one seed differ: evaluation cannot be told apart")}
 
 
-class Split(NamedTuple):
-    """The run-level checks but the last two, and what those two need (``rows``: run A's; None when
-    ``results`` are already all of them: n/a, rows only, or a run that raised)."""
-    results: dict[str, CheckResult]
+class Main(NamedTuple):
+    """Run A, as numbers (it may come back from a forked child). ``done``: already every check (n/a,
+    rows only, or the run raised); else its record, declaration and rows."""
+    done: Optional[dict[str, CheckResult]] = None
+    record: Optional[Record] = None
+    spec: Optional[RunSpec] = None
     rows: Optional[list[dict]] = None
-    evaluates: bool = False
+
+
+Variant = Union[tuple[Record, Optional[RunSpec]], Exception, None]
 
 
 def run_checks(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = None) -> dict[str, CheckResult]:
-    """The run-level checks on ``adapter``'s trainer -> {name: CheckResult}: :func:`main_runs`,
-    then :func:`finish` with run A' (`check_seeds` runs the two in different processes)."""
-    return finish(adapter, main_runs(adapter, seed, thresholds), quiet_run(adapter, seed))
+    """The run-level checks on ``adapter``'s trainer -> {name: CheckResult}: runs A, A' and B
+    (:func:`main_run`, :func:`quiet_run`, :func:`variant_run`), then :func:`finish`.
+    `check_seeds` runs A and B in a forked child."""
+    main = main_run(adapter, seed)
+    if main.done is not None:
+        return main.done
+    return finish(adapter, main, quiet_run(adapter, seed), variant_run(adapter, seed), seed, thresholds)
 
 
-def _watched(at: Any, caps: Any, run_seed: int, eval_every: int, steps: int = STEPS) -> tuple[Recorder, list[dict]]:
+def _watched(at: Any, caps: Any, run_seed: int, eval_every: int, steps: int = STEPS) -> tuple[Record, list[dict]]:
     offers = Offers.of(at)
-    assert offers.train_run is not None    # main_runs answers without runs when there is none
+    assert offers.train_run is not None    # main_run answers without runs when there is none
     rec = Recorder(at, offers.spec, caps.sampler_logp)
     with rec.watching():
         rows = offers.train_run(steps, run_seed, eval_every, tap=rec)
-    return rec, rows
+    return rec.record(), rows
 
 
-def main_runs(adapter: Any, seed: int = 0, thresholds: Optional[Thresholds] = None) -> Split:
-    """Runs A and B, watched, and every check but the last two."""
-    t = thresholds or Thresholds()
+def _declared(at: Any, steps: int) -> Optional[RunSpec]:
+    spec = Offers.of(at).run_spec
+    return spec(steps, None) if spec else None
+
+
+def main_run(adapter: Any, seed: int = 0) -> Main:
+    """Run A: ``STEPS`` steps at the configured setting, watched, evaluating every step."""
     offers = Offers.of(adapter)
     if offers.train_run is None:
         why = f"{type(adapter).__name__} has no train_run(steps, seed, eval_every)"
-        return Split({name: CheckResult(name, float("nan"), True, na=why) for name in RUN_CHECKS})
+        return Main({name: CheckResult(name, float("nan"), True, na=why) for name in RUN_CHECKS})
     if not offers.tap_in_runs:
-        return Split(_rows_only(offers.train_run, seed))
-    caps, with_settings = offers.capabilities, offers.with_settings
-    variant = offers.run_variant if with_settings is not None else {}
-    # run B goes through the variant's own adapter (with_settings keeps its settings); asking the
-    # first adapter for a run at the variant's settings built that trainer twice more
-    ats = [adapter]
+        return Main(_rows_only(offers.train_run, seed))
     try:
-        runs = [_watched(adapter, caps, seed, 1)]
-        if variant and with_settings is not None:
-            ats.append(with_settings(**variant))
-            runs.append(_watched(ats[1], caps, seed + 1, NEVER, VARIANT_STEPS))
+        record, rows = _watched(adapter, offers.capabilities, seed, 1)
     except CannotRun:
         raise                   # the adapter does not fit this code: exit 125 / skip, not a finding
     except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
-        return Split(_raised(e))
-    specs = [spec(n, None) if (spec := Offers.of(at).run_spec) else None
-             for at, n in zip(ats, (STEPS, VARIANT_STEPS))]
-    out = loop.judge([r for r, _ in runs], specs, t, offers)
-    out[RAN] = CheckResult(RAN, 0.0, True)
-    return Split(out, runs[0][1], bool(runs[0][0].evals))
+        return Main(_raised(e))
+    return Main(None, record, _declared(adapter, STEPS), rows)
 
 
 def quiet_run(adapter: Any, seed: int = 0) -> "list[dict] | Exception":
@@ -133,7 +134,7 @@ def quiet_run(adapter: Any, seed: int = 0) -> "list[dict] | Exception":
     the run's length), no tap to pay for -> its rows, or what its loop raised."""
     offers = Offers.of(adapter)
     if offers.train_run is None or not offers.tap_in_runs:
-        return []               # main_runs answers every check without it
+        return []               # main_run answers every check without it
     try:
         return offers.train_run(STEPS, seed, NEVER)
     except CannotRun:
@@ -142,15 +143,39 @@ def quiet_run(adapter: Any, seed: int = 0) -> "list[dict] | Exception":
         return e
 
 
-def finish(adapter: Any, split: Split, quiet: "list[dict] | Exception", seed: int = 0) -> dict[str, CheckResult]:
-    """All the run-level checks from :func:`main_runs`' and :func:`quiet_run`'s results."""
-    if split.rows is None:
-        return split.results
+def variant_run(adapter: Any, seed: int = 0) -> Variant:
+    """Run B: ``VARIANT_STEPS`` steps with the next seed at the adapter's ``run_variant``, watched,
+    through the variant's own adapter (with_settings keeps its settings) -> its record and
+    declaration, what its loop raised, or None where there is no run B."""
+    offers = Offers.of(adapter)
+    if offers.train_run is None or not offers.tap_in_runs or offers.with_settings is None or not offers.run_variant:
+        return None
+    try:
+        at = offers.with_settings(**offers.run_variant)
+        record = _watched(at, offers.capabilities, seed + 1, NEVER, VARIANT_STEPS)[0]
+    except CannotRun:
+        raise
+    except Exception as e:      # noqa: BLE001 - the trainer's own loop raised: that is the finding
+        return e
+    return record, _declared(at, VARIANT_STEPS)
+
+
+def finish(adapter: Any, main: Main, quiet: "list[dict] | Exception", variant: Variant, seed: int = 0,
+           thresholds: Optional[Thresholds] = None) -> dict[str, CheckResult]:
+    """All the run-level checks from runs A, A' and B."""
+    if main.done is not None:
+        return main.done
+    if isinstance(variant, Exception):
+        return _raised(variant)
     if isinstance(quiet, Exception):
         return _raised(quiet)
-    caps = Offers.of(adapter).capabilities
-    out = {**split.results, **_repeatable(split.rows, quiet, lambda: _watched(adapter, caps, seed, 1)[1])}
-    if not split.evaluates:
+    assert main.record is not None and main.rows is not None
+    runs = [(main.record, main.spec), *([variant] if variant is not None else [])]
+    offers = Offers.of(adapter)
+    out = loop.judge([r for r, _ in runs], [s for _, s in runs], thresholds or Thresholds(), offers)
+    out[RAN] = CheckResult(RAN, 0.0, True)
+    out.update(_repeatable(main.rows, quiet, lambda: _watched(adapter, offers.capabilities, seed, 1)[1]))
+    if not main.record.evals:
         out[RUN_CHECKS[-1]] = CheckResult(RUN_CHECKS[-1], float("nan"), True,
                                           na="the loop never showed its tap an evaluation")
     return {name: out[name] for name in RUN_CHECKS}

@@ -62,6 +62,23 @@ def test_a_piece_started_beside_gives_its_value_or_raises_what_it_raised(monkeyp
         started(fails)()
 
 
+def test_a_child_that_answered_is_reaped_without_holding_up_the_answer(monkeypatch):
+    monkeypatch.setattr(forked, "usable_cores", lambda: 2)
+    piece = started(lambda: 3)
+    pid = piece.pid
+    assert piece() == 3                    # the answer, without waiting for the child's exit
+    forked._reap(block=True)               # what the caller's exit does
+    assert pid not in forked._exiting and _gone(pid)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
 def test_on_one_core_the_piece_runs_when_asked(monkeypatch):
     monkeypatch.setattr(forked, "usable_cores", lambda: 1)
     assert started(os.getpid)() == os.getpid()

@@ -28,6 +28,15 @@ def test_a_module_the_caller_would_find_elsewhere_is_a_refusal(tmp_path):
     assert "where this interpreter" in ident.shadowed(loaded, ["/nowhere"], os.getcwd())
 
 
+def test_a_submodule_entered_under_a_top_level_alias_is_its_packages(monkeypatch):
+    # scipy.sparse enters its Cython module as `_csparsetools` too: no sys.path finds that name
+    import json.decoder
+    monkeypatch.setitem(sys.modules, "_decoder_alias", json.decoder)
+    loaded = ident.loaded_modules()
+    assert "_decoder_alias" not in loaded and "json" in loaded
+    assert ident.shadowed(loaded, sys.path, os.getcwd()) is None
+
+
 def test_an_edit_that_keeps_size_and_modification_time_is_still_seen(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("x = 1\n")

@@ -108,11 +108,12 @@ def test_run_level_checks_run_only_when_one_is_selected(monkeypatch):
     import rlbisect.check.run_level as run_level
     calls = []
 
-    def fake(adapter, seed=0, thresholds=None):
+    def fake(adapter, seed=0):
         calls.append(1)
-        return run_level.Split({name: CheckResult(name, 0.0, True) for name in run_level.RUN_CHECKS})
-    monkeypatch.setattr(run_level, "main_runs", fake)
+        return run_level.Main({name: CheckResult(name, 0.0, True) for name in run_level.RUN_CHECKS})
+    monkeypatch.setattr(run_level, "main_run", fake)
     monkeypatch.setattr(run_level, "quiet_run", lambda adapter, seed=0: [])
+    monkeypatch.setattr(run_level, "variant_run", lambda adapter, seed=0: None)
     monkeypatch.setattr("rlbisect._proc.forked.usable_cores", lambda: 1)   # counted here, not in a child
     assert check("--checks", "1").exit_code == 0 and not calls
     r = check("--checks", "1,evaluation: held-out tasks, weights untouched", "--json")

@@ -42,15 +42,17 @@ require_tested_trl = require_trl     # the name earlier releases exported
 class GRPOAdapter:
     """rlbisect's TrainerAdapter for a constructed `trl.GRPOTrainer`. With ``factory`` (a callable
     building the same trainer at other settings, ``factory(**settings) -> GRPOAdapter``) it offers
-    ``with_settings`` and the ``variants`` the checks exercise by default."""
+    ``with_settings`` and the ``variants`` the checks exercise by default. ``fresh``: ``trainer`` is
+    what ``factory()`` builds and nothing has run it yet, so the first short run may train it
+    instead of building another (any use of ``adapter.trainer`` before that spends it)."""
 
     faults: list[str]   # set by demo(): the faults its tiny trainer can inject
 
     def __init__(self, trainer, episodes: Optional[int] = None, seed: int = 1,
                  factory: Optional[Callable[..., "GRPOAdapter"]] = None, variants: Optional[dict] = None,
-                 key: Optional[Hashable] = None):
+                 key: Optional[Hashable] = None, fresh: bool = False):
         self.trl_version = require_trl(trainer)
-        self.trainer, self.seed = trainer, seed
+        self._trainer, self.seed, self._fresh = trainer, seed, fresh and factory is not None
         self.G = trainer.num_generations
         self.episodes = episodes or trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
         if self.episodes % self.G:
@@ -74,6 +76,18 @@ class GRPOAdapter:
             self.train_run = types.MethodType(run.train_run, self)
             self.run_spec = types.MethodType(run.run_spec, self)
         self._initial = clone(trl_.unwrapped(trainer))      # step 0, before anything trains it
+
+    @property
+    def trainer(self):
+        self._fresh = False
+        return self._trainer
+
+    def spare(self) -> Optional["GRPOAdapter"]:
+        """This adapter, once, while its trainer is as ``factory()`` built it (``fresh``); else None."""
+        if not self._fresh:
+            return None
+        self._fresh = False
+        return self
 
     def _with_settings(self, **settings) -> "GRPOAdapter":
         """The same trainer (its faults included) at other settings, built by the factory."""
@@ -273,6 +287,6 @@ def demo(episodes: int = 32, seed: int = 1, kl_coef: float = 0.1, bug: Optional[
     stated = not declared.objective(trainer)[1]
     key = repr(("demo", episodes, kl_coef, bug, sorted(settings.items())))   # the same settings score alike
     adapter = GRPOAdapter(trainer, episodes=episodes, seed=seed, factory=factory,
-                          variants=None if stated else {}, key=key)
+                          variants=None if stated else {}, key=key, fresh=True)
     adapter.faults = list(tiny.FAULTS)
     return adapter

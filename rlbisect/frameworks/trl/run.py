@@ -2,8 +2,8 @@
 and what that loop means to do, read from its TrainingArguments.
 
     train_run(adapter, steps, seed, eval_every, tap=None, settings=None) -> logged rows
-        a fresh trainer from the adapter's factory (the same fault, these settings), `max_steps` =
-        steps, `seed` = seed, trained by `trainer.train()`; ``tap`` (rlbisect.check.observe) sees
+        a fresh trainer from the adapter's factory (the same fault, these settings; the adapter's
+        own while nothing has run it: `GRPOAdapter.spare`), `max_steps` = steps, `seed` = seed, trained by `trainer.train()`; ``tap`` (rlbisect.check.observe) sees
         "sampled" per generation batch (wrapping `_generate_and_score_completions`: the sampler's
         record as in the probe batch) and "loss" per `_compute_loss` (`_internals.observing`); the
         optimizer steps are seen by torch's global hook. The demo has no eval dataset: there is no
@@ -85,7 +85,8 @@ def _sampled_shown(adapter, tap):
 
 
 def train_run(adapter, steps: int, seed: int, eval_every: int, tap=None, settings: Optional[dict] = None) -> list[dict]:
-    run = adapter.with_settings(**(settings or {}))      # a fresh trainer: training moves its weights
+    # a fresh trainer (training moves its weights): the adapter's own while nothing has run it
+    run = (not settings and adapter.spare()) or adapter.with_settings(**(settings or {}))
     adapter.__dict__.setdefault("_runs", {})[repr(sorted((settings or {}).items()))] = run   # for run_spec
     tr = run.trainer
     tr.args.max_steps, tr.args.seed, tr.args.logging_steps = steps, seed, 1

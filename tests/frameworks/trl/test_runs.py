@@ -65,3 +65,37 @@ def test_the_run_spec_is_read_from_the_training_arguments():
     assert spec.hyper == {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
     assert spec.schedule == Schedule(kind="cosine", warmup=2, total=5, warmup_from_zero=True)
     assert spec.train_tasks == frozenset(range(48))
+
+
+def test_a_short_run_on_the_adapters_own_untouched_trainer_logs_what_a_fresh_one_does():
+    # the demo's first short run trains the trainer the adapter was built with (GRPOAdapter.spare),
+    # every later one a fresh build: the rows must not tell them apart
+    from rlbisect.frameworks.trl.adapter import demo
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        adapter = demo(seed=3)
+        own = adapter.train_run(2, 5, 10 ** 6)
+        assert adapter.spare() is None                   # spent
+        again = adapter.train_run(2, 5, 10 ** 6)
+        touched = demo(seed=3)
+        touched.trainer                                  # read before any run: no longer spare
+        assert touched.spare() is None
+    from rlbisect.metrics import is_timing
+
+    def numbers(rows):
+        return [{k: v for k, v in row.items() if not is_timing(k)} for row in rows]
+    assert numbers(own) == numbers(again) and len(own) == 2
+
+
+def test_the_checks_beside_each_other_give_what_they_give_one_after_another(monkeypatch):
+    # beside: runs A and A' in a forked child, A on the adapter's untouched trainer; one after
+    # another: A after the step-0 checks spent it, on a fresh build
+    import rlbisect._proc.forked as forked
+    from rlbisect.check.invariants import as_json, check_seeds
+    from rlbisect.frameworks.trl.adapter import demo
+    monkeypatch.setattr(forked, "usable_cores", lambda: 2)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        beside = check_seeds(lambda seed: demo(seed=seed), [1], runs=True)
+        alone = check_seeds(lambda seed: demo(seed=seed), [1], runs=True, beside=False)
+    assert as_json(beside) == as_json(alone) and all(r.passed for r in beside.values())
