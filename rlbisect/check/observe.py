@@ -85,8 +85,8 @@ class EvalSeen:
 
 @dataclass
 class Record:
-    """What a :class:`Recorder` kept of one run: numbers only, so it can come back from a forked
-    child (:mod:`rlbisect.check.run_level` runs the configured setting's runs beside the checks)."""
+    """What a :class:`Recorder` kept of one run: numbers only, so it can come back from the forked
+    child that runs it beside the step-0 checks (:mod:`rlbisect.check.run_level`)."""
 
     steps: list[StepSeen]
     losses: list[LossSeen]
