@@ -3,8 +3,9 @@ and what that loop means to do, read from its TrainingArguments.
 
     train_run(adapter, steps, seed, eval_every, tap=None, settings=None) -> logged rows
         a fresh trainer from the adapter's factory (the same fault, these settings; the adapter's
-        own while nothing has run it: `GRPOAdapter.spare`), `max_steps` = steps, `seed` = seed, trained by `trainer.train()`; ``tap`` (rlbisect.check.observe) sees
-        "sampled" per generation batch (wrapping `_generate_and_score_completions`: the sampler's
+        own while nothing has run it: `GRPOAdapter.spare`), `max_steps` = steps, `seed` = seed,
+        trained by `trainer.train()`; ``tap`` (rlbisect.check.observe) sees "sampled" per
+        generation batch (wrapping `_generate_and_score_completions`: the sampler's
         record as in the probe batch) and "loss" per `_compute_loss` (`_internals.observing`); the
         optimizer steps are seen by torch's global hook. The demo has no eval dataset: there is no
         evaluation to show (the evaluation checks say n/a), and ``eval_every`` changes nothing.
