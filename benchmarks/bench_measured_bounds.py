@@ -11,7 +11,12 @@ can: the same simulated histories, the same draws, three searches.
 A user knows neither mean (the baseline, nor how large the regression is), so the oracle is a floor
 no search reaches; the middle row is what knowing the seed spread alone would buy.
 
+``--grid H``: also, on the first H histories, the exact search told the spread and the direction
+(a grid over the baseline and the size of the drop), and the same told the baseline too; slow
+(about a minute a history on 64 commits).
+
 Usage: python benchmarks/bench_measured_bounds.py [--histories 100] [--shifts 1,2,4] [--commits 32,64]
+       python benchmarks/bench_measured_bounds.py --histories 20 --shifts 1 --commits 64 --grid 20
 """
 
 from __future__ import annotations
@@ -77,11 +82,51 @@ def oracle(h: bm.History) -> tuple[int | None, int]:
     return None, runs
 
 
+def grid(h: bm.History, baselines: np.ndarray, drops: np.ndarray) -> tuple[int | None, int]:
+    """The exact posterior over (culprit, baseline, drop) on a grid, the spread (1) and the
+    direction known; each run where it tells most about the culprit; one run at each end first."""
+    n = bm.N
+    ks = np.arange(1, n + 1)
+    b0, d = (a.ravel() for a in np.meshgrid(baselines, drops, indexing="ij"))
+    xs = np.linspace(-10, 6, 321)
+    dx = xs[1] - xs[0]
+
+    def pdf(x, mean):
+        return np.exp(-0.5 * (x - mean) ** 2) / np.sqrt(2 * np.pi)
+    good, bad = pdf(xs[None, :], b0[:, None]), pdf(xs[None, :], (b0 - d)[:, None])   # [theta, x]
+    loglik, seen, runs, first = np.zeros((len(b0), n)), {}, 0, [0, n]
+    while runs < bm.BUDGET:
+        joint = np.exp(loglik - loglik.max())
+        joint /= joint.sum()
+        pk = joint.sum(0)
+        if not first and pk.max() >= STOP:
+            return int(ks[pk.argmax()]), runs
+        if first:
+            c = first.pop(0)
+        else:
+            cond = joint / np.maximum(pk, 1e-300)              # P(theta | k)
+            given_k_good, given_k_bad = cond.T @ good, cond.T @ bad     # [k, x]
+            gains = []
+            for cand in range(n + 1):
+                dens = np.where((ks <= cand)[:, None], given_k_bad, given_k_good)
+                mix = pk @ dens
+                h_y = -(mix * np.log(mix + 1e-300)).sum() * dx
+                h_yk = -(dens * np.log(dens + 1e-300)).sum(1) * dx
+                gains.append(h_y - (pk * h_yk).sum())
+            c = int(np.argmax(gains))
+        x = h.run(c, seen.get(c, 0))
+        seen[c] = seen.get(c, 0) + 1
+        runs += 1
+        loglik += -0.5 * (x - np.where((ks <= c)[None, :], (b0 - d)[:, None], b0[:, None])) ** 2
+    return None, runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--histories", type=int, default=100)
     ap.add_argument("--shifts", default="1,2,4")
     ap.add_argument("--commits", default="32,64")
+    ap.add_argument("--grid", type=int, default=0, metavar="H", help="also the grid searches on H histories")
     args = ap.parse_args()
     print("| commits | shift (seed spreads) | shipped: right / wrong / none, runs (p95) | told the spread | oracle |")
     print("|---|---|---|---|---|")
@@ -98,6 +143,13 @@ def main() -> None:
             print(f"| {commits} | {shift:g} | {bm.tally(shipped, truth)} | {bm.tally(told, truth)} | "
                   f"{bm.tally(best, truth)} |", flush=True)
             print(f"  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+            if args.grid:
+                few, drops = hs[:args.grid], np.linspace(0.25, 6, 24)
+                told = [grid(h, np.linspace(-3, 3, 25), drops) for h in few]
+                base = [grid(h, np.zeros(1), drops) for h in few]
+                cut = [h.culprit for h in few]
+                print(f"  first {len(few)}: shipped {bm.tally(shipped[:len(few)], cut)}; exact, told the spread and "
+                      f"the direction {bm.tally(told, cut)}; told the baseline too {bm.tally(base, cut)}", flush=True)
 
 
 if __name__ == "__main__":
