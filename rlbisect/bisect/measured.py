@@ -1,8 +1,9 @@
 """Bisection on measured outcomes: where does the distribution of a metric change?
 
 Pure: numpy only, no git, no I/O. Positions ``0..n`` are the commits oldest first (``0`` = GOOD,
-``n`` = BAD). Each run at a position gives one number (a short run's reward, on its own seed);
-runs of every commit are pooled, so a commit's run also teaches what its whole side looks like.
+``n`` = BAD). Each run at a position gives one number (a short run's reward, on a seed); runs
+of every commit are pooled, so a commit's run also teaches what its whole side looks like. A run a
+deterministic trainer repeats on the same seed is evidence, not a draw (:mod:`.measured_pairs`).
 
 Model. The culprit ``k`` in ``1..n`` splits the positions into ``< k`` and ``>= k``; the runs of
 each side are draws from one distribution of that side, any shape. ``k = NONE`` (index 0 of the
@@ -16,11 +17,10 @@ side's marginal likelihood in closed form, from prefix sums over positions.
 
 Choice. The position whose next run tells most about ``k``: the mutual information between ``k``
 and the run's score, with each hypothesis's predictive (a Student t per side) on a grid of
-scores, exact up to the grid and computed for every position at once. The first runs go to the
-two ends (:data:`START_RUNS` each): what is measured elsewhere means nothing before they exist.
-A round of ``J`` runs (``--jobs``) takes that pick first, then the positions that split the
-culprit's posterior at its ``j / J`` quantiles: k-ary splits while it is broad, repeats at the
-boundary once it is sharp.
+scores, exact up to the grid and computed for every position at once; the ends first
+(:data:`START_RUNS` each). A round of ``J`` runs (``--jobs``) takes that pick first, then the
+positions that split the culprit's posterior at its ``j / J`` quantiles: k-ary splits while it is
+broad, repeats at the boundary once it is sharp.
 
 Stop: as :mod:`rlbisect.bisect.bayes` (the same :class:`~rlbisect.bisect.bayes.Decision`):
 ``found`` once the top culprit reaches ``1 - (1 - confidence) / MARGIN``, or once the values in seed
@@ -36,13 +36,14 @@ is named, each side is searched for a change of its own; one found there (poster
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 
 from rlbisect.bisect.bayes import Decision, needed
-from rlbisect.bisect.measured_fit import (GRID, normal_scores, position_sums, side_loglik, side_predictive,
+from rlbisect.bisect.measured_fit import (information_gain, normal_scores, position_sums, side_loglik,
                                           small_move, values_posterior)
+from rlbisect.bisect.measured_pairs import distinct, fresh_seed, pair_loglik
 
 NONE_PRIOR = 0.04                #: prior that nothing in the range changed the metric
 START_RUNS = 2                   #: runs at GOOD and at BAD before any other
@@ -72,14 +73,15 @@ class MeasuredSearch:
         self._log_prior = np.log(np.r_[none_prior, np.full(n, (1 - none_prior) / n)])
         self.positions: list[int] = []
         self.values: list[float] = []
+        self.seeds: list[int | None] = []
         self.skipped: set[int] = set()
         self._cache: dict = {}
 
     # -- data ------------------------------------------------------------------------------
 
-    def observe(self, position: int, value: float | None) -> None:
-        """One run at ``position``: its value (NaN/Inf or a crash: the worst value there is),
-        or None for a skip, which bars the commit from further runs."""
+    def observe(self, position: int, value: float | None, seed: int | None = None) -> None:
+        """One run at ``position`` on ``seed`` (None: unknown, never paired): its value (NaN/Inf
+        or a crash: the worst value there is), or None for a skip, which bars the commit."""
         if not 0 <= position <= self.n:
             raise ValueError(f"position {position} outside 0..{self.n}")
         if value is None:
@@ -90,27 +92,37 @@ class MeasuredSearch:
                 value = math.inf if self.direction == "higher" else -math.inf
             self.positions.append(position)
             self.values.append(value)
+            self.seeds.append(seed)
         self._cache = {}
 
     @property
     def n_obs(self) -> int:
         return len(self.values) + len(self.skipped)
 
+    def next_seed(self, position: int, pending: Sequence[tuple[int, int]] = ()) -> int:
+        """The next run's seed at ``position``, past ``pending`` (position, seed) runs (measured_pairs)."""
+        runs = list(zip(self.positions, self.seeds, self.values)) + [(p, s, math.nan) for p, s in pending]
+        return fresh_seed(runs, self.n, position)
+
     def runs_per_position(self) -> dict[int, int]:
         counts = np.bincount(np.asarray(self.positions, int), minlength=self.n + 1)
         return {i: int(c) for i, c in enumerate(counts) if c}
 
     def _update(self) -> dict:
-        if not self._cache:
-            pos = np.asarray(self.positions, int)
-            z = normal_scores(np.asarray(self.values, float))
+        if not self._cache:   # repeats on a seed are not new draws: they count in the pairs only
+            runs = list(zip(self.positions, self.seeds, self.values))
+            new = distinct(runs)
+            pos, vals = np.asarray(self.positions, int)[new], np.asarray(self.values, float)[new]
+            z = normal_scores(vals)
             m, s, q = position_sums(z, pos, self.n)
             k = np.arange(1, self.n + 1)
             ll = np.r_[side_loglik(m[-1], s[-1], q[-1]),
                        side_loglik(m[k], s[k], q[k]) + side_loglik(m[-1] - m[k], s[-1] - s[k], q[-1] - q[k])]
-            lp = self._log_prior + ll
+            prior = self._log_prior + pair_loglik(runs, self.n)   # what the repeats say, before the draws
+            lp = prior + ll
             post = np.exp(lp - lp.max())
-            self._cache = {"post": post / post.sum(), "m": m, "s": s, "q": q, "z": z, "pos": pos}
+            self._cache = {"post": post / post.sum(), "m": m, "s": s, "q": q, "pos": pos, "vals": vals,
+                           "prior": prior}
         return self._cache
 
     def culprit_posterior(self) -> np.ndarray:
@@ -122,27 +134,7 @@ class MeasuredSearch:
     def information_gain(self) -> np.ndarray:
         """Expected nats learned about ``k`` from one more run at each position 0..n."""
         c = self._update()
-        p, m, s, q, n = c["post"], c["m"], c["s"], c["q"], self.n
-        k = np.arange(1, n + 1)
-        left = side_predictive(m[k], s[k], q[k])                                  # [k-1, g]
-        right = side_predictive(m[-1] - m[k], s[-1] - s[k], q[-1] - q[k])
-        whole = side_predictive(m[-1:], s[-1:], q[-1:])[0]
-        pk = p[1:, None]
-        jl, jr = pk * left, pk * right
-        with np.errstate(divide="ignore", invalid="ignore"):
-            xl = np.where(jl > 0, jl * np.log(jl), 0.0).sum(axis=1)
-            xr = np.where(jr > 0, jr * np.log(jr), 0.0).sum(axis=1)
-        jw = p[0] * whole
-        xw = float(np.where(jw > 0, jw * np.log(np.maximum(jw, 1e-300)), 0.0).sum())
-        # a run at i is on the right (bad) side for culprits k <= i, the left side for k > i
-        cr = np.vstack([np.zeros(len(GRID)), np.cumsum(jr, axis=0)])               # [i, g]: k <= i
-        cl = np.vstack([np.cumsum(jl[::-1], axis=0)[::-1], np.zeros(len(GRID))])   # [i, g]: k > i
-        mix = cr + cl + jw[None, :]
-        joint_term = np.r_[0.0, np.cumsum(xr)] + np.r_[np.cumsum(xl[::-1])[::-1], 0.0] + xw
-        with np.errstate(divide="ignore", invalid="ignore"):
-            hmix = -np.where(mix > 0, mix * np.log(mix), 0.0).sum(axis=1)
-            hk = -float(np.where(p > 0, p * np.log(p), 0.0).sum())
-        gain = np.maximum(hk + hmix + joint_term, 0.0)   # I(k; y) = H(k) + H(y) - H(k, y)
+        gain = information_gain(c["post"], c["m"], c["s"], c["q"])
         gain[sorted(self.skipped)] = 0.0
         return gain
 
@@ -162,9 +154,9 @@ class MeasuredSearch:
         best = max(gain[i] for i in testable)
         return next(i for i in testable if gain[i] >= best - 1e-12)
 
-    def propose(self, jobs: int) -> list[int]:
-        """A round of up to ``jobs`` positions (see the module); repeats allowed."""
-        first = self.next_probe()
+    def propose(self, jobs: int, first: int | None = None) -> list[int]:
+        """Up to ``jobs`` positions, ``first`` (None: the next probe) first; see the module."""
+        first = self.next_probe() if first is None else first
         if first is None:
             return []
         picks, testable = [first], self._testable()
@@ -204,7 +196,8 @@ class MeasuredSearch:
 
     def sides(self, k: int) -> dict:
         """Median, quartiles and runs of the measured values before and after culprit ``k``."""
-        pos, v = np.asarray(self.positions), np.asarray(self.values)
+        c = self._update()
+        pos, v = c["pos"], c["vals"]
 
         def describe(x: np.ndarray) -> dict:
             if not len(x):
@@ -219,27 +212,32 @@ class MeasuredSearch:
         if hi <= lo:
             return 0.0
         inner = MeasuredSearch(hi - lo, self.direction, none_prior=0.5)
-        for p, v in zip(self.positions, self.values):
+        for p, v in zip(self._update()["pos"], self._update()["vals"]):
             if lo <= p <= hi:
-                inner.observe(p - lo, v)
+                inner.observe(int(p) - lo, float(v))
         return 1.0 - float(inner.culprit_posterior()[0]) if inner.values else 0.0
 
-    def _answer(self, k: int, p: float, why: str = "") -> Decision:
+    def _answer(self, k: int, p: float, need: float, room: bool, why: str = "") -> Decision:
         if k == 0:
             return Decision("no_regression", p=p)
-        side = self.sides(k)
         for lo, hi, name in ((0, k - 1, "before"), (k, self.n, "after")):
             if (p2 := self.second_change(lo, hi)) >= SECOND_CHANGE:
                 return Decision("misfit", p=p2, message=(
                     f"the runs {name} the likeliest change (position {k}) change again themselves "
                     f"(posterior {p2:.3f}): two changes, a band or a drift, not one culprit"))
-        before, after = side["before"].get("median"), side["after"].get("median")
-        wrong_way = before is not None and after is not None and (
-            (self.direction == "lower" and after > before) or (self.direction == "higher" and after < before))
-        if wrong_way:
+        m, s, q = (self._update()[x] for x in "msq")
+        # which way it moved, from the draws (paired repeats can place a change on a few of them)
+        other = 0.0 if self.direction == "change" else float(small_move(
+            (m[k], s[k], q[k]), (m[-1] - m[k], s[-1] - s[k], q[-1] - q[k]), 0.0, self.direction == "higher"))
+        if other >= need:
+            before, after = (self.sides(k)[x]["median"] for x in ("before", "after"))
             return Decision("no_regression", first_bad=k, p=p, message=(
                 f"the metric changed at position {k}, but {'rose' if after > before else 'fell'} "
                 f"(median {before:.4g} -> {after:.4g}): not a regression in the direction asked"))
+        if other > 1 - need:   # the way it moved is not yet sure: a fresh draw on the thinner side
+            ends = [e for e in (0, self.n) if e not in self.skipped]
+            return Decision("probe", probe=min(ends, key=lambda e: m[k] if e == 0 else m[-1] - m[k])) \
+                if room and ends else Decision("unknown", candidates=(k,), p=p)
         return Decision("found", first_bad=k, candidates=(k,), p=p, message=why)
 
     def decide(self, confidence: float = 0.95, max_runs: int | None = None,
@@ -251,12 +249,14 @@ class MeasuredSearch:
         counts = self.runs_per_position()
         started = all(counts.get(e, 0) >= START_RUNS or e in self.skipped for e in (0, self.n))
         best = int(np.argmax(post))
+        room = max_runs is None or (self.n_obs if runs is None else runs) < max_runs
         if started and post[best] >= need:
-            return self._answer(best, float(post[best]))
+            return self._answer(best, float(post[best]), need, room)
+        c = self._update()
         if started and best and post[best] >= RANKS_AGREE and (values := values_posterior(
-                np.asarray(self.values, float), np.asarray(self.positions, int), self._log_prior)) is not None \
+                c["vals"], c["pos"], c["prior"])) is not None \
                 and int(np.argmax(values)) == best and values[best] >= VALUES_STOP:
-            return self._answer(best, float(values[best]), f"posterior {values[best]:.4f} on the runs' values "
+            return self._answer(best, float(values[best]), need, room, f"posterior {values[best]:.4f} on the runs' values "
                                 f"in seed spreads, {post[best]:.3f} on their ranks")
         if started and self.min_effect is not None and self.n_obs >= 16 / self.min_effect ** 2 \
                 and (small := self.negligible()) >= need:

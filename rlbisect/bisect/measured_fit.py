@@ -142,3 +142,31 @@ def values_posterior(values: np.ndarray, positions: np.ndarray, log_prior: np.nd
     lp = log_prior + ll
     post = np.exp(lp - lp.max())
     return post / post.sum()
+
+
+def information_gain(p: np.ndarray, m: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Expected nats learned about the culprit from one more score at each position 0..n, from the
+    posterior ``p`` (NONE first) and the prefix sums: the mutual information of the culprit and the
+    score under each hypothesis's predictive, on :data:`GRID`."""
+    n = len(p) - 1
+    k = np.arange(1, n + 1)
+    left = side_predictive(m[k], s[k], q[k])                                  # [k-1, g]
+    right = side_predictive(m[-1] - m[k], s[-1] - s[k], q[-1] - q[k])
+    whole = side_predictive(m[-1:], s[-1:], q[-1:])[0]
+    pk = p[1:, None]
+    jl, jr = pk * left, pk * right
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xl = np.where(jl > 0, jl * np.log(jl), 0.0).sum(axis=1)
+        xr = np.where(jr > 0, jr * np.log(jr), 0.0).sum(axis=1)
+    jw = p[0] * whole
+    xw = float(np.where(jw > 0, jw * np.log(np.maximum(jw, 1e-300)), 0.0).sum())
+    # a run at i is on the right (bad) side for culprits k <= i, the left side for k > i
+    cr = np.vstack([np.zeros(len(GRID)), np.cumsum(jr, axis=0)])               # [i, g]: k <= i
+    cl = np.vstack([np.cumsum(jl[::-1], axis=0)[::-1], np.zeros(len(GRID))])   # [i, g]: k > i
+    mix = cr + cl + jw[None, :]
+    joint_term = np.r_[0.0, np.cumsum(xr)] + np.r_[np.cumsum(xl[::-1])[::-1], 0.0] + xw
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hmix = -np.where(mix > 0, mix * np.log(mix), 0.0).sum(axis=1)
+        hk = -float(np.where(p > 0, p * np.log(p), 0.0).sum())
+    gain = np.maximum(hk + hmix + joint_term, 0.0)   # I(k; y) = H(k) + H(y) - H(k, y)
+    return gain

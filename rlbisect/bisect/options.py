@@ -48,7 +48,8 @@ class BisectOptions(BaseModel):
                                   "of reading the repository over a shared filesystem")
     flaky: bool = Field(False, description="the predicate can lie: keep a posterior over the "
                         "culprit and repeat runs where they inform most (with --predicate short-run "
-                        "--metric M: one run per probe on a seed of its own, its value pooled across commits)")
+                        "--metric M: one run per probe, its value pooled across commits, seeds paired across "
+                        "commits so a deterministic trainer's repeats count)")
     per_commit: bool = Field(False, description="short runs with --metric, without --flaky: keep judging "
                              "each commit against GOOD when a good verdict's runs did not repeat GOOD's on "
                              "the same seeds (by default the search then switches to the measured one, as "

@@ -3,10 +3,10 @@
 Pure: no git, no I/O. :class:`Posterior` keeps the posterior over the culprit of
 :mod:`rlbisect.bisect.bayes` for a predicate that can lie; :class:`MeasuredPosterior` is the same
 strategy with numbers instead of verdicts (:mod:`rlbisect.bisect.measured`): every probe is one run
-on its own seed (the predicate is wrapped to run one, :mod:`rlbisect.bisect.predicates.measured_runs`),
-its value pooled with every other run. Runs that failed count as the worst outcome, skipped ones bar
-their commit. Both mark into git only what they are sure of, at the end; a round of ``--jobs J`` is
-J runs planned together.
+on the seed the search chooses (the predicate is wrapped to run one,
+:mod:`rlbisect.bisect.predicates.measured_runs`), its value pooled with every other run. Runs that
+failed count as the worst outcome, skipped ones bar their commit. Both mark into git only what they
+are sure of, at the end; a round of ``--jobs J`` is J runs planned together.
 """
 
 from __future__ import annotations
@@ -129,11 +129,32 @@ class MeasuredPosterior(Posterior):
         self.min_effect = min_effect
 
     def wrap(self, predicate: Any) -> Any:
-        return predicate.one_run_per_probe()
+        wrapped = predicate.one_run_per_probe()
+        wrapped.seed_for = self.seed_for
+        return wrapped
+
+    def seed_for(self, commit: str) -> int:
+        """The seed of the next run at ``commit``, taken (the search's choice: a commit's n-th run
+        on seed n, so runs pair across commits, and a fresh draw where they would only repeat)."""
+        pos = self.pos[commit]
+        seed = self.search.next_seed(pos, self.pending)
+        self.pending.append((pos, seed))
+        return seed
 
     def new_search(self, n: int) -> Any:
         from rlbisect.bisect.measured import MeasuredSearch
         return MeasuredSearch(n, self.direction, min_effect=self.min_effect)  # type: ignore[arg-type]
+
+    def start(self, history, good, bad, first_parent) -> None:
+        super().start(history, good, bad, first_parent)
+        self.pending: list[tuple[int, int]] = []   # (position, seed) of runs handed out, not yet back
+
+    def _observe(self, commit: str, probe: Any) -> None:
+        seed = probe.values.get("seed")
+        seed = int(seed) if seed is not None and float(seed).is_integer() else None
+        if seed is not None and (self.pos[commit], seed) in self.pending:
+            self.pending.remove((self.pos[commit], seed))
+        self.search.observe(self.pos[commit], self._value(probe), seed)
 
     def _value(self, probe: Any) -> float | None:
         if probe.verdict is Verdict.GOOD and probe.cause is Cause.MEASURED:
@@ -143,13 +164,13 @@ class MeasuredPosterior(Posterior):
     def replay_probes(self, probes: Sequence[tuple[str, Any]]) -> None:
         for c, p in probes:
             if c in self.pos:
-                self.search.observe(self.pos[c], self._value(p))
+                self._observe(c, p)
 
     def observe_probes(self, probes: Sequence[tuple[str, Any]]) -> Marks:
         self.last = max(len(probes), 1)
         for c, p in probes:
             self.runs += 1
-            self.search.observe(self.pos[c], self._value(p))
+            self._observe(c, p)
         return []
 
     def observe(self, verdicts: Verdicts) -> Marks:
@@ -160,7 +181,7 @@ class MeasuredPosterior(Posterior):
         if d.status != "probe" or d.probe is None:
             return []
         left = (self.max_runs or 0) - self.runs
-        picks = [d.probe] if self.jobs <= 1 or left <= 1 else self.search.propose(min(self.jobs, left))
+        picks = [d.probe] if self.jobs <= 1 or left <= 1 else self.search.propose(min(self.jobs, left), d.probe)
         return [self.order[p] for p in picks]
 
     def top(self, count: int = 10) -> list[dict]:

@@ -11,7 +11,6 @@ from history_fixtures.noisy_trainer import build
 from rlbisect.bisect import bisect, make_predicate
 from rlbisect.bisect.executors import LocalExecutor
 from rlbisect.bisect.options import BisectOptions
-from rlbisect.bisect.predicates.measured_runs import run_seed
 from rlbisect.errors import Cause, Status, Verdict
 
 pytestmark = pytest.mark.slow   # each probe starts the toy trainer
@@ -36,23 +35,23 @@ def test_the_measured_search_names_the_culprit_from_one_run_per_probe(history):
     assert res.status is Status.FOUND and res.first_bad == shas[8] and res.strategy == "measured"
     assert all(p.cause is Cause.MEASURED and "reward" in p.values for p in res.probes)
     seeds = defaultdict(list)
-    for p in res.probes:          # the n-th run at a commit: its own seed, no two runs alike
+    for p in res.probes:          # the n-th run at a commit on seed n, at every commit
         seeds[p.commit].append(int(p.values["seed"]))
-    assert all(s == [run_seed(c, n) for n in range(len(s))] for c, s in seeds.items())
-    assert len({x for s in seeds.values() for x in s}) == len(res.probes)
+    assert all(sorted(s) == list(range(len(s))) for s in seeds.values())
+    assert len({p.values["reward"] for p in res.probes}) == len(res.probes)   # reseeded: never a repeat
     assert res.extra["n_runs"] == len(res.probes) and "median" in res.message
     assert "reward at GOOD median" in res.summary()
 
 
-def test_a_deterministic_trainer_never_repeats_a_run(tmp_path):
-    # every commit keeps the stream: with a commit's n-th run on seed n, each commit before the
-    # culprit would log GOOD's rewards again, which the search would count as new draws
+def test_a_deterministic_trainers_repeats_are_read_as_repeats(tmp_path):
+    # every commit keeps the stream: each commit before the culprit logs GOOD's rewards again on
+    # the same seeds, which says no change lies between them (measured_pairs), not a new draw
     root = tmp_path / "repo"
     shas = build(root, 12, 8, 3.0, salt=4, kept=True)
     res = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True, use_cache=False))
     assert res.status is Status.FOUND and res.first_bad == shas[8]
-    rewards = [p.values["reward"] for p in res.probes]
-    assert len(set(rewards)) == len(rewards)
+    rewards = [(p.values["seed"], p.values["reward"]) for p in res.probes]
+    assert len(set(rewards)) < len(rewards)
 
 
 def test_recorded_runs_are_evidence_for_the_next_search(history):

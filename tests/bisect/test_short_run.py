@@ -51,8 +51,8 @@ def test_identity_depends_on_good_options_and_command():
 
 def test_the_runs_made_are_drawn_once_for_a_switched_search():
     # what a search switching to the measured one starts from: every run's score at its commit, read
-    # from the probes' evidence (so a remote executor's runs count too), a commit that kept GOOD's
-    # stream (the same score for the same seed) adding no draw of its own
+    # from the probes' evidence (so a remote executor's runs count too), GOOD's once; a commit that
+    # kept GOOD's stream (the same score on the same seed) stays, for the search to pair
     pred = ShortRunPredicate(ShortRunOptions(metric="reward"))
     pred.setup("g" * 40, lambda: Path("."))
 
@@ -65,8 +65,10 @@ def test_the_runs_made_are_drawn_once_for_a_switched_search():
                record("unlogged", [1.0], [7.0], metric="loss"), record("parent", [4.0], [5.0], role="confirm"),
                SimpleNamespace(commit="failed", role="", detail={})]
     drawn = [(c, p.values["reward"], p.values["seed"], p.verdict, p.cause) for c, p in pred.drawn(records)]
-    assert [d[:3] for d in drawn[:4]] == [("g" * 40, 1.0, 0), ("g" * 40, 2.0, 1), ("g" * 40, 3.0, 2), ("moved", 0.5, 0)]
-    assert drawn[4][0] == "moved" and drawn[4][1] != drawn[4][1] and len(drawn) == 5   # NaN: the worst run
+    assert [d[:3] for d in drawn[:6]] == [("g" * 40, 1.0, 0), ("g" * 40, 2.0, 1), ("kept", 1.0, 0), ("kept", 2.0, 1),
+                                          ("g" * 40, 3.0, 2), ("moved", 0.5, 0)]
+    assert drawn[6][:3] == ("moved", 2.0, 1) and (drawn[7][0], drawn[7][2]) == ("moved", 2) and len(drawn) == 8
+    assert drawn[7][1] != drawn[7][1]   # NaN: the worst run
     assert all(v is Verdict.GOOD and c is Cause.MEASURED for *_, v, c in drawn)
 
 

@@ -3,23 +3,23 @@
 The short-run predicate on its own decides each commit against GOOD with 3-9 seeds. The measured
 search (:mod:`rlbisect.bisect.measured`) pools every run across commits instead, so each probe is
 one training run: :class:`MeasuredRuns` wraps the short-run predicate, the driver binds each run to
-its seed (:meth:`MeasuredRuns.bind`: :func:`run_seed`, a seed of the commit's own), and
-:class:`SeededRun` trains it and returns the metric's score as a number, with no verdict of its own
-(:attr:`~rlbisect.errors.Cause.MEASURED`):
+its seed (:meth:`MeasuredRuns.bind`: the search's ``seed_for``, the smallest seed the commit has not
+run yet, so a commit's n-th run is on seed n at every commit), and :class:`SeededRun` trains it and
+returns the metric's score as a number, with no verdict of its own (:attr:`~rlbisect.errors.Cause.MEASURED`):
 
     trained, metric logged (NaN/Inf too)      good   measured   values {metric, seed}
     the code under test failed                bad    (its cause)   the worst outcome
     cannot run, timeout, metric not logged    skip   (its cause)   no information
 
-Why not seed n at every commit: on a deterministic trainer, a commit that leaves the random stream
-alone (a comment, a rename) would repeat its parent's runs exactly, and the search, which pools
-runs as independent draws, would count one draw many times. Simulated in
-``benchmarks/bench_measured.py --matched 0.9`` (docs/noisy.md): more runs and wrong answers.
+Why the same seeds at every commit: on a deterministic trainer a commit that leaves the random
+stream alone repeats its parent's runs bit for bit, and a repeat says that nothing between the two
+commits changed that run (:mod:`rlbisect.bisect.measured_pairs` reads it; a repeat is not counted
+as a new draw). Where runs never repeat (seeds that do not match, a stream reseeded every commit)
+the seeds change nothing. ``benchmarks/bench_measured.py --matched`` measures both (docs/noisy.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ class MeasuredRuns:
         if inner.measures is None:
             raise ValueError("the measured search needs a --metric")
         self.inner = inner
+        self.seed_for: Callable[[str], int] | None = None   # the search's choice; else the n-th run, seed n
         self.metric, self.direction = inner.measures
 
     def preflight(self, repo: Any, commit: str) -> None:
@@ -51,21 +52,14 @@ class MeasuredRuns:
 
     def identity(self) -> str:
         # apart from the per-commit verdicts: these rows are numbers, never verdicts
-        # "seeds": runs recorded when a commit's n-th run had seed n are other draws
         return json.dumps({"measured": self.metric, "short_run": json.loads(self.inner.identity()),
-                           "seeds": "per commit"}, sort_keys=True)
+                           "seeds": "paired"}, sort_keys=True)
 
     def bind(self, commit: str, index: int) -> SeededRun:
-        return SeededRun(self.inner, run_seed(commit, index))
+        return SeededRun(self.inner, self.seed_for(commit) if self.seed_for else index)
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         return self.bind(commit, 0).probe(worktree, commit, timeout)
-
-
-def run_seed(commit: str, index: int) -> int:
-    """The seed of ``commit``'s ``index``-th run: its own, so no two commits share a run (the
-    module says why); below 2**31 for trainers that take only 32-bit seeds."""
-    return int(hashlib.sha256(commit.encode()).hexdigest()[:5], 16) * 1000 + index
 
 
 @dataclass

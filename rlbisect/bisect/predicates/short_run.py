@@ -205,13 +205,13 @@ class ShortRunPredicate(BasePredicate):
     def drawn(self, records) -> list[tuple[str, Probe]]:
         """Every run the probes in ``records`` (report records) trained, GOOD's and each probed
         commit's, read from their per-seed evidence (``detail``), as the measured search's one-run
-        probes (``--metric``'s score), for a search that switches to it: runs already paid for,
-        wherever they ran (a remote executor's nodes, an earlier bisect's cache). A run whose score
-        repeats one drawn with the same seed at another commit is left out (that commit kept the
-        random stream: the same draw again, not another). A check against the parent is not read:
-        its other side is not GOOD."""
+        probes (``--metric``'s score, on its seed), for a search that switches to it: runs already
+        paid for, wherever they ran (a remote executor's nodes, an earlier bisect's cache). GOOD's
+        runs, in every record, are read once. A run whose score repeats one with the same seed at
+        another commit stays: the search reads the repeat as such (measured_pairs). A check against
+        the parent is not read: its other side is not GOOD."""
         metric = self.options.metric or ""
-        seen: dict[int, set] = {}
+        seen: set[tuple[str, int]] = set()
         out = []
         for rec in records:
             seeds = rec.detail.get("seeds")
@@ -220,9 +220,9 @@ class ShortRunPredicate(BasePredicate):
                 continue
             for commit, values in ((self.good, sides[0]["good"]), (rec.commit, sides[0]["probe"])):
                 for seed, value in zip(seeds, values):
-                    if repr(value) in seen.setdefault(seed, set()):
+                    if (str(commit), seed) in seen:
                         continue
-                    seen[seed].add(repr(value))
+                    seen.add((str(commit), seed))
                     out.append((str(commit), Probe(Verdict.GOOD, {metric: value, "seed": float(seed)},
                                                    f"{metric} = {value:.4g} with seed {seed}", 0.0,
                                                    Cause.MEASURED)))

@@ -1,0 +1,81 @@
+"""Runs on the same seed at different commits: repeats are read as repeats (measured_pairs)."""
+
+import numpy as np
+
+from rlbisect.bisect.measured import MeasuredSearch
+from rlbisect.bisect.measured_pairs import distinct, pair_loglik, pairs
+
+
+def test_a_repeat_on_the_same_seed_is_not_a_new_draw():
+    runs = [(0, 0, 1.0), (4, 0, 1.0), (4, 1, 1.0), (8, 0, 2.0), (6, None, 1.0), (2, 0, float("-inf")),
+            (3, 0, float("-inf"))]
+    # another seed or no seed is another draw; crashed runs are never paired
+    assert distinct(runs).tolist() == [True, False, True, True, True, True, True]
+    assert pairs(runs) == [(0, 4, True), (4, 8, False)]
+
+
+def test_runs_that_never_repeat_say_nothing():
+    runs = [(0, 0, 1.0), (4, 0, 1.5), (8, 0, 2.0), (8, 1, 3.0)]
+    assert np.array_equal(pair_loglik(runs, 8), np.zeros(9))
+
+
+def test_a_repeat_weighs_against_the_culprits_between_its_runs():
+    ll = pair_loglik([(0, 0, 1.0), (4, 0, 1.0), (8, 0, 2.0)], 8)
+    assert np.allclose(ll[1:5], ll[1]) and np.allclose(ll[5:], ll[0])
+    assert ll[1] < ll[0] - 1.0   # 1..4 lie between two runs that repeat
+
+
+def test_a_difference_where_every_commit_kept_the_stream_points_at_the_culprit():
+    # seed 0 repeats over 0..3 and 4..8 (no stream change there); seed 1 differs between 2 and 6:
+    # only a change at 3 or 4 (the one commit not proven) or the culprit between 2 and 6 explains it
+    runs = [(0, 0, 1.0), (3, 0, 1.0), (4, 0, 5.0), (8, 0, 5.0), (2, 1, 7.0), (6, 1, 8.0)]
+    ll = pair_loglik(runs, 8)
+    assert ll[4] == max(ll) and ll[4] > ll[5] + 1.0 and ll[4] > ll[0] + 1.0
+    # a proven difference: 3 and 4 proven too (seed 2 repeats across them), seed 1 still differs
+    proven = pair_loglik(runs + [(2, 2, 3.0), (6, 2, 3.0)], 8)
+    assert proven[0] < ll[0] - 1.0
+
+
+def deterministic(seeds, culprit=37, shift=1.0, n=64, untouched=0.0):
+    """A trainer whose every commit keeps the random stream; the culprit touches a run (another
+    draw, lower by ``shift``) unless its seed is among the ``untouched`` share (every k-th seed).
+    ``seeds``: "paired" (the search's choice), "fresh" (a seed per commit and run), or "hidden"
+    (the n-th run on seed n, the seed not told: each repeat counted as a new draw)."""
+    spared = (np.arange(10_000) % round(1 / untouched) == 0) if untouched else np.zeros(10_000, bool)
+    s, seen = MeasuredSearch(n, "lower"), {}
+    while (d := s.decide(0.95, 600)).status == "probe":
+        j = seen[d.probe] = seen.get(d.probe, -1) + 1
+        seed = {"paired": s.next_seed(d.probe), "fresh": 1000 * d.probe + j}.get(seeds, j)
+        touched = d.probe >= culprit and not spared[seed % 10_000]
+        value = np.random.default_rng([seed, int(touched)]).normal() - shift * touched
+        s.observe(d.probe, value, seed if seeds == "paired" else None)
+    return d, s.n_obs
+
+
+def test_paired_seeds_find_the_culprit_of_a_deterministic_trainer_in_fewer_runs():
+    for culprit in (5, 37, 63):
+        paired, fresh = deterministic("paired", culprit), deterministic("fresh", culprit)
+        assert paired[0].status == fresh[0].status == "found"
+        assert paired[0].first_bad == fresh[0].first_bad == culprit
+        assert paired[1] < fresh[1]
+
+
+def test_a_fault_that_spares_some_runs_is_still_found():
+    # repeats across the culprit (a third of the seeds untouched) must not read as "nothing
+    # changed"; counted as draws instead, they hide the drop: no answer in the budget
+    for culprit in (5, 37, 63):
+        d, _ = deterministic("paired", culprit, untouched=0.34)
+        assert d.status == "found" and d.first_bad == culprit
+        assert deterministic("hidden", culprit, untouched=0.34)[0].status != "found"
+
+
+def test_repeats_add_no_draws_to_the_value_model():
+    # GOOD's two runs repeated at 1..4 (the stream kept), then a drop: two draws before, not ten
+    s, hidden = MeasuredSearch(8, "lower"), MeasuredSearch(8, "lower")
+    for pos in range(9):
+        for j in range(2):
+            v = float(j) if pos < 5 else float(j) - 0.5 - pos
+            s.observe(pos, v, j)
+            hidden.observe(pos, v)       # no seed: never paired, each run a draw
+    assert s.sides(5)["before"]["runs"] == 2
+    assert hidden.sides(5)["before"]["runs"] == 10 and s.sides(5)["after"]["runs"] == 8
