@@ -76,17 +76,17 @@ def proven(runs: list[Run], n: int) -> np.ndarray:
     return out
 
 
-def fresh_seed(runs: list[Run], n: int, position: int, taken: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-    """The smallest seed not yet run (nor in ``taken``) anywhere in ``position``'s block of commits
-    proven to share the random stream: there a seed already run would repeat, not draw. Outside any
-    block that is the commit's own next seed, the n-th run on seed n, paired with its neighbours'."""
+def fresh_seed(runs: list[Run], n: int, position: int) -> int:
+    """The smallest seed not yet run anywhere in ``position``'s block of commits proven to share the
+    random stream: there a seed already run would repeat, not draw. Outside any block that is the
+    commit's own next seed, the n-th run on seed n, paired with its neighbours'."""
     same = proven(runs, n)
     lo, hi = position, position
     while lo > 0 and same[lo]:
         lo -= 1
     while hi < n and same[hi + 1]:
         hi += 1
-    used = {seed for pos, seed, _ in runs if lo <= pos <= hi} | set(taken)
+    used = {seed for pos, seed, _ in runs if lo <= pos <= hi}
     return next(s for s in range(len(used) + 1) if s not in used)
 
 

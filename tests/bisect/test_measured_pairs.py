@@ -3,7 +3,7 @@
 import numpy as np
 
 from rlbisect.bisect.measured import MeasuredSearch
-from rlbisect.bisect.measured_pairs import distinct, pair_loglik, pairs
+from rlbisect.bisect.measured_pairs import distinct, fresh_seed, pair_loglik, pairs
 
 
 def test_a_repeat_on_the_same_seed_is_not_a_new_draw():
@@ -12,6 +12,14 @@ def test_a_repeat_on_the_same_seed_is_not_a_new_draw():
     # another seed or no seed is another draw; crashed runs are never paired
     assert distinct(runs).tolist() == [True, False, True, True, True, True, True]
     assert pairs(runs) == [(0, 4, True), (4, 8, False)]
+
+
+def test_a_commit_pairs_first_then_draws_where_it_would_only_repeat():
+    runs = [(0, 0, 1.0), (0, 1, 2.0), (8, 0, 5.0), (8, 1, 6.0)]
+    assert fresh_seed(runs, 8, 4) == 0          # paired with GOOD's and BAD's first runs
+    runs.append((4, 0, 1.0))                    # it repeats GOOD's: 1..4 kept the stream
+    assert fresh_seed(runs, 8, 4) == fresh_seed(runs, 8, 2) == 2   # 0 and 1 ran in that block
+    assert fresh_seed(runs, 8, 6) == 0 and fresh_seed(runs, 8, 8) == 2
 
 
 def test_runs_that_never_repeat_say_nothing():
