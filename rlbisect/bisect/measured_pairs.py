@@ -95,7 +95,7 @@ def pair_loglik(runs: list[Run], n: int) -> np.ndarray:
     shared by all (see the module)."""
     ps = pairs(runs)
     if not any(same for *_, same in ps):
-        return np.zeros(n + 1)   # nothing repeats: no evidence either way (a fast path, same answer)
+        return np.zeros(n + 1)   # no repeat, no sign the trainer is deterministic: differences alone are left out
     kept = proven(runs, n)
     k = np.arange(n + 1)[:, None]    # hypothesis index; 0 (NONE) is straddled by no pair
     straddles = lambda a, b: ((k > a) & (k <= b) & (k > 0))[:, 0]   # noqa: E731
