@@ -67,10 +67,11 @@ def pairs(runs: list[Run]) -> list[tuple[int, int, bool]]:
     return out
 
 
-def proven(runs: list[Run], n: int) -> np.ndarray:
-    """``[c]``: commit c (1..n) is proven not to change the random stream (a pair repeats across it)."""
+def proven(ps: list[tuple[int, int, bool]], n: int) -> np.ndarray:
+    """``[c]``: commit c (1..n) is proven not to change the random stream (one of the pairs ``ps``
+    repeats across it)."""
     out = np.zeros(n + 1, bool)
-    for a, b, same in pairs(runs):
+    for a, b, same in ps:
         if same:
             out[a + 1:b + 1] = True
     return out
@@ -80,7 +81,7 @@ def fresh_seed(runs: list[Run], n: int, position: int) -> int:
     """The smallest seed not yet run anywhere in ``position``'s block of commits proven to share the
     random stream: there a seed already run would repeat, not draw. Outside any block that is the
     commit's own next seed, the n-th run on seed n, paired with its neighbours'."""
-    same = proven(runs, n)
+    same = proven(pairs(runs), n)
     lo, hi = position, position
     while lo > 0 and same[lo]:
         lo -= 1
@@ -96,7 +97,7 @@ def pair_loglik(runs: list[Run], n: int) -> np.ndarray:
     ps = pairs(runs)
     if not any(same for *_, same in ps):
         return np.zeros(n + 1)   # no repeat, no sign the trainer is deterministic: differences alone are left out
-    kept = proven(runs, n)
+    kept = proven(ps, n)
     k = np.arange(n + 1)[:, None]    # hypothesis index; 0 (NONE) is straddled by no pair
     straddles = lambda a, b: ((k > a) & (k <= b) & (k > 0))[:, 0]   # noqa: E731
 
