@@ -24,12 +24,10 @@ commits, every commit reseeding the stream: ``history_fixtures/noisy_trainer.py`
 ``--min-effect X``: the measured search with a smallest move worth naming of X seed spreads, on a
 flat metric (nothing changed) and the rows, beside the same search without one.
 
-``--matched KEEP``: a deterministic trainer (each commit keeps its parent's random stream with
-probability KEEP; ``--untouched U``: the fault leaves a share U of the seeds alone), the measured
-search with its seeds paired (as shipped), with a seed per run, and with seed n unread.
+The deterministic-trainer rows (seeds that repeat) are in ``bench_measured_matched.py``.
 
 Usage: python benchmarks/bench_measured.py [--histories 200] [--repeats 20] [--rows ...] [--real 20]
-       [--min-effect 0.5] [--matched 0.9]
+       [--min-effect 0.5]
 """
 
 from __future__ import annotations
@@ -230,60 +228,6 @@ def smallest_move(histories: int, delta: float, rows: list[str]) -> None:
                   f"(p95 {np.percentile(runs, 95):4.0f})", flush=True)
 
 
-class Deterministic(History):
-    """A deterministic trainer: a run is a function of the code's random stream and its seed. A
-    commit keeps its parent's stream with probability ``keep`` (a comment, a rename), else draws
-    its own. The culprit changes what a run computes: a touched run is another draw, lower by
-    ``shift``; a share ``untouched`` of the seeds (a fault in a path some runs never take) gives
-    the same run as without the fault."""
-
-    def __init__(self, shift: float, seed: int, keep: float, untouched: float = 0.0):
-        super().__init__("normal", shift, seed)
-        rng = np.random.default_rng([seed, 1])
-        kept = rng.random(N + 1) < keep
-        kept[0] = False
-        self.stream = np.cumsum(~kept)
-        self.spared = rng.random(100 * BUDGET) < untouched   # per seed
-
-    def run(self, pos: int, j: int) -> float:
-        touched = pos >= self.culprit and not self.spared[j % (100 * BUDGET)]
-        x = np.random.default_rng([self.seed, int(self.stream[pos]), j, int(touched)]).normal()
-        return x - (self.shift if touched else 0)
-
-
-def matched(histories: int, keep: float, untouched: float) -> None:
-    """The measured search on a deterministic trainer, three ways: ``paired`` as rlbisect runs it
-    (a commit's n-th run on seed n, a fresh seed where a run would only repeat, repeats read as
-    such: rlbisect.bisect.measured_pairs); a seed of its own per commit and run (every run a fresh
-    draw, nothing to pair); the n-th run on seed n with the seeds hidden from the search (every
-    repeat counted as a new draw, as before pairing)."""
-    for shift in (1.0, 2.0):
-        hs = [Deterministic(shift, 1000 * i + 7, keep, untouched) for i in range(histories)]
-        truth = [h.culprit for h in hs]
-        for label in ("paired", "a seed per run", "seed n, unread", "paired, --jobs 4"):
-            got, t0, rounds, jobs = [], time.perf_counter(), 0, 4 if label.endswith("4") else 1
-            for h in hs:
-                s, seen, runs = MeasuredSearch(N, "lower"), {}, 0
-                while (d := s.decide(0.95, BUDGET, runs)).status == "probe":
-                    picks = [d.probe] if jobs == 1 else s.propose(min(jobs, BUDGET - runs), d.probe)
-                    pending: list[tuple[int, int]] = []   # a round's seeds are chosen before any returns
-                    for p in picks:
-                        j = seen[p] = seen.get(p, -1) + 1
-                        seed = s.next_seed(p, pending) if label.startswith("paired") else (
-                            1000 * p + j if label == "a seed per run" else j)
-                        pending.append((p, seed))
-                    for p, seed in pending:
-                        s.observe(p, h.run(p, seed), seed if label.startswith("paired") else None)
-                    runs, rounds = runs + len(picks), rounds + 1
-                got.append((d.first_bad if d.status == "found" else None, runs))
-            if label == "paired":
-                sequential = np.mean([r for _, r in got])
-            extra = (f"; rounds {rounds / histories:.1f} = {rounds / histories / sequential:.2f}x the sequential "
-                     "search's runs") if jobs > 1 else ""
-            print(f"  deterministic, keep {keep:g}, untouched {untouched:g}, shift {shift:g}, {label:16s} "
-                  f"{tally(got, truth)}{extra}  [{time.perf_counter() - t0:.0f} s]", flush=True)
-
-
 def training_runs(res: dict) -> int:
     """What a search trained, from its JSON. Measured: a run per probe, plus the per-commit runs made
     before a switch to it. Per commit: each probe's seeds, GOOD's (the most any probe used), and
@@ -339,15 +283,8 @@ def main() -> None:
     p.add_argument("--measured-only", action="store_true", help="leave out the other tools")
     p.add_argument("--tools", default="measured,short-run", help="--real: of measured (--flaky), short-run "
                    "(the default: per commit, switching to measured when seeds do not match), per-commit (--per-commit)")
-    p.add_argument("--matched", type=float, default=None, metavar="KEEP",
-                   help="only the deterministic-trainer rows: a commit keeps the random stream with this probability")
-    p.add_argument("--untouched", type=float, default=0.0,
-                   help="--matched: the share of seeds the fault leaves unchanged")
     a = p.parse_args()
     BUDGET = a.budget
-    if a.matched is not None:
-        matched(a.histories, a.matched, a.untouched)
-        return
     if a.min_effect:
         smallest_move(a.histories, a.min_effect, [r.strip() for r in a.rows.split(",") if r.strip()])
         return
