@@ -21,13 +21,15 @@ commits, every commit reseeding the stream: ``history_fixtures/noisy_trainer.py`
 --predicate short-run --metric reward --direction lower`` against the same command without
 ``--flaky``.
 
+``--step S``: the metric has levels S seed spreads apart (a pass rate over a few tasks).
+
 ``--min-effect X``: the measured search with a smallest move worth naming of X seed spreads, on a
 flat metric (nothing changed) and the rows, beside the same search without one.
 
 The deterministic-trainer rows (seeds that repeat) are in ``bench_measured_matched.py``.
 
 Usage: python benchmarks/bench_measured.py [--histories 200] [--repeats 20] [--rows ...] [--real 20]
-       [--min-effect 0.5]
+       [--min-effect 0.5] [--step 0.5]
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from rlbisect.runs.stats import Rule   # noqa: E402
 ROWS = {"normal 0.5": ("normal", 0.5), "normal 1": ("normal", 1.0), "normal 2": ("normal", 2.0),
         "normal 4": ("normal", 4.0), "heavy 1": ("heavy", 1.0), "heavy 2": ("heavy", 2.0),
         "spread x2": ("spread", 0.0)}
-N, BUDGET = 64, 600
+N, BUDGET, STEP = 64, 600, 0.0
 
 
 class History:
@@ -72,7 +74,8 @@ class History:
             rng = np.random.default_rng([self.seed, pos, j])
             x = rng.standard_t(3) / np.sqrt(3) if self.kind == "heavy" else rng.normal()
             bad = pos >= self.culprit
-            self.draws[pos, j] = 2 * x if self.kind == "spread" and bad else x - (self.shift if bad else 0)
+            x = 2 * x if self.kind == "spread" and bad else x - (self.shift if bad else 0)
+            self.draws[pos, j] = float(np.round(x / STEP) * STEP) if STEP else x   # a metric with levels
         return self.draws[pos, j]
 
     def failed(self, pos: int, j: int) -> bool:
@@ -271,7 +274,7 @@ def real(count: int, shifts: list[float], tools: tuple[str, ...] = ("measured", 
 
 
 def main() -> None:
-    global BUDGET
+    global BUDGET, STEP
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--histories", type=int, default=200)
     p.add_argument("--repeats", type=int, default=20)
@@ -283,8 +286,9 @@ def main() -> None:
     p.add_argument("--measured-only", action="store_true", help="leave out the other tools")
     p.add_argument("--tools", default="measured,short-run", help="--real: of measured (--flaky), short-run "
                    "(the default: per commit, switching to measured when seeds do not match), per-commit (--per-commit)")
+    p.add_argument("--step", type=float, default=0.0, help="the metric's levels, this many seed spreads apart")
     a = p.parse_args()
-    BUDGET = a.budget
+    BUDGET, STEP = a.budget, a.step
     if a.min_effect:
         smallest_move(a.histories, a.min_effect, [r.strip() for r in a.rows.split(",") if r.strip()])
         return

@@ -10,7 +10,12 @@ leaves a share U of the seeds alone. Three ways of choosing seeds, on the same h
 * ``seed n, unread``: the n-th run on seed n with the seeds hidden from the search, so a repeat
   counts as a new draw (the search before pairing).
 
+``--step S``: the metric has levels S seed spreads apart (a pass rate over a few tasks) while
+the rest of a run's record is distinct; ``paired, score only`` is the paired search reading
+repeats on the score alone (before a run's fingerprint was read).
+
 Usage: python benchmarks/bench_measured_matched.py [--histories 200] [--keep 0.9] [--untouched 0.3]
+       [--step 0.25]
 """
 
 from __future__ import annotations
@@ -48,16 +53,20 @@ class Deterministic(History):
         return x - (self.shift if touched else 0)
 
 
-def matched(histories: int, keep: float, untouched: float) -> None:
+def matched(histories: int, keep: float, untouched: float, step: float = 0.0) -> None:
     """The measured search on a deterministic trainer, three ways: ``paired`` as rlbisect runs it
     (a commit's n-th run on seed n, a fresh seed where a run would only repeat, repeats read as
     such: rlbisect.bisect.measured_pairs); a seed of its own per commit and run (every run a fresh
     draw, nothing to pair); the n-th run on seed n with the seeds hidden from the search (every
-    repeat counted as a new draw, as before pairing)."""
+    repeat counted as a new draw, as before pairing). With ``step``, the metric has levels
+    ``step`` seed spreads apart (a pass rate over a few tasks) and the run's record stays distinct
+    (its other metrics): ``paired, score only`` reads repeats on the score alone, as before
+    fingerprints."""
+    labels = ("paired", "paired, score only") if step else ("paired",)
     for shift in (1.0, 2.0):
         hs = [Deterministic(shift, 1000 * i + 7, keep, untouched) for i in range(histories)]
         truth = [h.culprit for h in hs]
-        for label in ("paired", "a seed per run", "seed n, unread", "paired, --jobs 4"):
+        for label in (*labels, "a seed per run", "seed n, unread", "paired, --jobs 4"):
             got, t0, rounds, jobs = [], time.perf_counter(), 0, 4 if label.endswith("4") else 1
             for h in hs:
                 s, seen, runs = MeasuredSearch(N, "lower"), {}, 0
@@ -70,14 +79,18 @@ def matched(histories: int, keep: float, untouched: float) -> None:
                             1000 * p + j if label == "a seed per run" else j)
                         pending.append((p, seed))
                     for p, seed in pending:
-                        s.observe(p, h.run(p, seed), seed if label.startswith("paired") else None)
+                        x = h.run(p, seed)
+                        score = float(np.round(x / step) * step) if step else x
+                        s.observe(p, score, seed if label.startswith("paired") else None,
+                                  None if label.endswith("score only") else repr(x))
                     runs, rounds = runs + len(picks), rounds + 1
                 got.append((d.first_bad if d.status == "found" else None, runs))
             if label == "paired":
                 sequential = np.mean([r for _, r in got])
             extra = (f"; rounds {rounds / histories:.1f} = {rounds / histories / sequential:.2f}x the sequential "
                      "search's runs") if jobs > 1 else ""
-            print(f"  deterministic, keep {keep:g}, untouched {untouched:g}, shift {shift:g}, {label:16s} "
+            print(f"  deterministic, keep {keep:g}, untouched {untouched:g}, step {step:g}, shift {shift:g}, "
+                  f"{label:18s} "
                   f"{tally(got, truth)}{extra}  [{time.perf_counter() - t0:.0f} s]", flush=True)
 
 
@@ -87,10 +100,11 @@ def main() -> None:
     p.add_argument("--histories", type=int, default=200)
     p.add_argument("--keep", type=float, default=1.0, help="the chance a commit keeps its parent's random stream")
     p.add_argument("--untouched", type=float, default=0.0, help="the share of seeds the fault leaves unchanged")
+    p.add_argument("--step", type=float, default=0.0, help="the metric's levels, this many seed spreads apart")
     p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
     a = p.parse_args()
     BUDGET = a.budget
-    matched(a.histories, a.keep, a.untouched)
+    matched(a.histories, a.keep, a.untouched, a.step)
 
 
 if __name__ == "__main__":

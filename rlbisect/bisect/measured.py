@@ -74,14 +74,16 @@ class MeasuredSearch:
         self.positions: list[int] = []
         self.values: list[float] = []
         self.seeds: list[int | None] = []
+        self.prints: list[str | None] = []
         self.skipped: set[int] = set()
         self._cache: dict = {}
 
     # -- data ------------------------------------------------------------------------------
 
-    def observe(self, position: int, value: float | None, seed: int | None = None) -> None:
-        """One run at ``position`` on ``seed`` (None: unknown, never paired): its value (NaN/Inf
-        or a crash: the worst value there is), or None for a skip, which bars the commit."""
+    def observe(self, position: int, value: float | None, seed: int | None = None,
+                fingerprint: str | None = None) -> None:
+        """One run at ``position`` on ``seed`` (None: never paired) with the ``fingerprint`` of its record
+        (measured_pairs): its value (NaN/Inf, a crash: the worst), or None for a skip (bars the commit)."""
         if not 0 <= position <= self.n:
             raise ValueError(f"position {position} outside 0..{self.n}")
         if value is None:
@@ -93,6 +95,7 @@ class MeasuredSearch:
             self.positions.append(position)
             self.values.append(value)
             self.seeds.append(seed)
+            self.prints.append(fingerprint)
         self._cache = {}
 
     @property
@@ -118,9 +121,8 @@ class MeasuredSearch:
             k = np.arange(1, self.n + 1)
             ll = np.r_[side_loglik(m[-1], s[-1], q[-1]),
                        side_loglik(m[k], s[k], q[k]) + side_loglik(m[-1] - m[k], s[-1] - s[k], q[-1] - q[k])]
-            prior = self._log_prior + pair_loglik(runs, self.n)   # what the repeats say, before the draws
-            lp = prior + ll
-            post = np.exp(lp - lp.max())
+            prior = self._log_prior + pair_loglik(runs, self.n, self.prints)   # the repeats, before the draws
+            post = np.exp((lp := prior + ll) - lp.max())
             self._cache = {"post": post / post.sum(), "m": m, "s": s, "q": q, "pos": pos, "vals": vals,
                            "prior": prior}
         return self._cache
@@ -196,8 +198,7 @@ class MeasuredSearch:
 
     def sides(self, k: int) -> dict:
         """Median, quartiles and runs of the measured values before and after culprit ``k``."""
-        c = self._update()
-        pos, v = c["pos"], c["vals"]
+        pos, v = (self._update()[x] for x in ("pos", "vals"))
 
         def describe(x: np.ndarray) -> dict:
             if not len(x):
@@ -249,7 +250,8 @@ class MeasuredSearch:
         counts = self.runs_per_position()
         started = all(counts.get(e, 0) >= START_RUNS or e in self.skipped for e in (0, self.n))
         best = int(np.argmax(post))
-        room = max_runs is None or (self.n_obs if runs is None else runs) < max_runs
+        used = self.n_obs if runs is None else runs
+        room = max_runs is None or used < max_runs
         if started and post[best] >= need:
             return self._answer(best, float(post[best]), need, room)
         c = self._update()
@@ -268,8 +270,7 @@ class MeasuredSearch:
         if nxt is None or block is not None:
             cands = block or tuple(k for k in self.credible_set(confidence) if k)
             return Decision("skipped", candidates=cands, p=float(post[list(cands)].sum()) if cands else 0.0)
-        used = self.n_obs if runs is None else runs
-        if max_runs is not None and used >= max_runs:
+        if not room:
             inner = tuple(k for k in self.credible_set(confidence) if k)
             return Decision("unknown", candidates=inner, p=float(post[list(inner)].sum()))
         return Decision("probe", probe=nxt)
@@ -283,8 +284,7 @@ class MeasuredSearch:
             if k not in self.skipped:
                 blocks.append(tuple(cur))
                 cur = []
-        if cur:
-            blocks.append(tuple(cur))
+        blocks.append(tuple(cur))   # empty when n is not skipped: no block
         for b in blocks:
             if len(b) > 1 and post[list(b)].sum() >= need:
                 return b

@@ -27,9 +27,19 @@ Pairs with two or more unproven commits are left out: what they say depends on s
 shared between pairs, and leaving them out loses evidence but never invents it. On a trainer
 whose every run differs (not deterministic, or reseeding every commit) nothing repeats and every
 hypothesis scores the same: the search is the values' alone.
+
+A repeat is two runs with the same value *and* the same record (``prints``: a fingerprint of all a
+run logged, where known). The value alone is not enough: a metric with few levels (a pass rate over
+30 tasks) gives two different runs the same value often, and a repeat read where there is none
+proves a stream unchanged and weighs against the culprit it straddles (docs/noisy.md measures the
+wrong answers). Runs alike in value and unlike in record are neither a repeat nor a difference:
+the pair is left out, and the later run is no new draw either (it may be a repeat whose record
+holds a number that is not reproducible).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -38,6 +48,8 @@ RHO_GRID = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)                         #
 DELTA_PRIOR = {1e-4: 0.6, 1e-2: 0.3, 0.1: 0.1}                                 #: a run not reproducible
 
 Run = tuple[int, int | None, float]   # (position, seed or None, value)
+Prints = Sequence[str | None] | None   # each run's record fingerprint, where known
+Pair = tuple[int, int, bool | None]     # (a, b, repeated: None where the records tell otherwise)
 
 
 def distinct(runs: list[Run]) -> np.ndarray:
@@ -54,20 +66,27 @@ def distinct(runs: list[Run]) -> np.ndarray:
     return keep
 
 
-def pairs(runs: list[Run]) -> list[tuple[int, int, bool]]:
-    """Consecutive finite runs of each seed in position order -> (a, b, repeated)."""
-    chains: dict[int, list[tuple[int, float]]] = {}
-    for pos, seed, v in runs:
+def pairs(runs: list[Run], prints: Prints = None) -> list[Pair]:
+    """Consecutive finite runs of each seed in position order -> (a, b, repeated), where repeated
+    is None for runs alike in value whose ``prints`` differ (see the module)."""
+    chains: dict[int, list[tuple[int, float, str | None]]] = {}
+    for i, (pos, seed, v) in enumerate(runs):
         if seed is not None and np.isfinite(v):
-            chains.setdefault(seed, []).append((pos, v))
+            chains.setdefault(seed, []).append((pos, v, prints[i] if prints else None))
     out = []
     for chain in chains.values():
         chain.sort(key=lambda r: r[0])
-        out += [(a, b, va == vb) for (a, va), (b, vb) in zip(chain, chain[1:])]
+        out += [(a, b, _alike(va, vb, pa, pb)) for (a, va, pa), (b, vb, pb) in zip(chain, chain[1:])]
     return out
 
 
-def proven(ps: list[tuple[int, int, bool]], n: int) -> np.ndarray:
+def _alike(va: float, vb: float, pa: str | None, pb: str | None) -> bool | None:
+    if va != vb:
+        return False
+    return None if pa is not None and pb is not None and pa != pb else True
+
+
+def proven(ps: list[Pair], n: int) -> np.ndarray:
     """``[c]``: commit c (1..n) is proven not to change the random stream (one of the pairs ``ps``
     repeats across it)."""
     out = np.zeros(n + 1, bool)
@@ -80,7 +99,8 @@ def proven(ps: list[tuple[int, int, bool]], n: int) -> np.ndarray:
 def fresh_seed(runs: list[Run], n: int, position: int) -> int:
     """The smallest seed not yet run anywhere in ``position``'s block of commits proven to share the
     random stream: there a seed already run would repeat, not draw. Outside any block that is the
-    commit's own next seed, the n-th run on seed n, paired with its neighbours'."""
+    commit's own next seed, the n-th run on seed n, paired with its neighbours'. Runs alike in value
+    count as repeats here, whatever their records: a seed that only gives a value seen would not draw."""
     same = proven(pairs(runs), n)
     lo, hi = position, position
     while lo > 0 and same[lo]:
@@ -91,10 +111,10 @@ def fresh_seed(runs: list[Run], n: int, position: int) -> int:
     return next(s for s in range(len(used) + 1) if s not in used)
 
 
-def pair_loglik(runs: list[Run], n: int) -> np.ndarray:
+def pair_loglik(runs: list[Run], n: int, prints: Prints = None) -> np.ndarray:
     """Log-likelihood of the repeats for NONE (index 0) and each culprit 1..n, up to a constant
     shared by all (see the module)."""
-    ps = pairs(runs)
+    ps = [p for p in pairs(runs, prints) if p[2] is not None]
     if not any(same for *_, same in ps):
         return np.zeros(n + 1)   # no repeat, no sign the trainer is deterministic: differences alone are left out
     kept = proven(ps, n)

@@ -154,7 +154,7 @@ class MeasuredPosterior(Posterior):
         seed = int(seed) if seed is not None and float(seed).is_integer() else None
         if seed is not None and (self.pos[commit], seed) in self.pending:
             self.pending.remove((self.pos[commit], seed))
-        self.search.observe(self.pos[commit], self._value(probe), seed)
+        self.search.observe(self.pos[commit], self._value(probe), seed, probe.detail.get("fingerprint"))
 
     def _value(self, probe: Any) -> float | None:
         if probe.verdict is Verdict.GOOD and probe.cause is Cause.MEASURED:

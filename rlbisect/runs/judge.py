@@ -23,6 +23,8 @@ that is already non-finite at GOOD is left out, said so.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -47,6 +49,14 @@ def bookkeeping(key: str) -> bool:
     k = key.lower()
     last = k.rsplit("/", 1)[-1]
     return last in BOOKKEEPING or k.startswith(PREFIXES) or is_timing(k) or any(w in last for w in WORDS)
+
+
+def fingerprint(rows: list[dict]) -> str:
+    """A digest of what a run logged, bookkeeping left out: two runs of a deterministic trainer on
+    one seed have the same one exactly when they reproduce each other (the measured search reads
+    repeats by it: :mod:`rlbisect.bisect.measured_pairs`)."""
+    kept = [{k: v for k, v in row.items() if not bookkeeping(k)} for row in rows]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
 def by_behaviour(metric: str, good: Runs, other: Runs) -> str | None:

@@ -87,3 +87,35 @@ def test_repeats_add_no_draws_to_the_value_model():
             hidden.observe(pos, v)       # no seed: never paired, each run a draw
     assert s.sides(5)["before"]["runs"] == 2
     assert hidden.sides(5)["before"]["runs"] == 10 and s.sides(5)["after"]["runs"] == 8
+
+
+def test_runs_alike_in_score_but_not_in_record_are_no_repeat():
+    # seed 0 scores 1.0 at GOOD and at 4 (a metric with few levels), but the records differ
+    runs = [(0, 0, 1.0), (4, 0, 1.0), (8, 0, 1.0)]
+    assert pairs(runs, ["a", "b", "b"]) == [(0, 4, None), (4, 8, True)]
+    assert pairs(runs, ["a", None, "b"]) == [(0, 4, True), (4, 8, True)]   # a record unknown: the score decides
+    # left out of the evidence: only the repeat 4 -> 8 weighs, against culprits 5..8
+    ll = pair_loglik(runs, 8, ["a", "b", "b"])
+    assert np.allclose(ll[:5], ll[0]) and ll[5] < ll[0] - 1.0
+    assert np.array_equal(pair_loglik(runs[:2], 8, ["a", "b"]), np.zeros(9))
+    # no new draw either, and a seed that only gives a score seen would not draw: the next is fresh
+    assert distinct(runs).tolist() == [True, False, False]
+    assert fresh_seed(runs, 8, 2) == 1
+
+
+def test_a_metric_with_few_levels_names_no_wrong_culprit_once_records_are_read():
+    # a pass rate with levels a quarter spread apart, a tenth of the commits changing the random
+    # stream: different runs often score alike, and read as repeats they prove streams unchanged
+    # and weigh against the true culprit
+    wrong = {"score only": 0, "fingerprint": 0}
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        culprit, stream = int(rng.integers(1, 65)), np.cumsum(rng.random(65) < 0.1)
+        for how in wrong:
+            s = MeasuredSearch(64, "lower")
+            while (d := s.decide(0.95, 600)).status == "probe":
+                j, bad = s.next_seed(d.probe), int(d.probe >= culprit)
+                x = np.random.default_rng([seed, int(stream[d.probe]), j, bad]).normal() - bad
+                s.observe(d.probe, round(x * 4) / 4, j, repr(x) if how == "fingerprint" else None)
+            wrong[how] += d.status == "found" and d.first_bad != culprit
+    assert wrong == {"score only": 3, "fingerprint": 0}

@@ -52,6 +52,10 @@ def test_a_deterministic_trainers_repeats_are_read_as_repeats(tmp_path):
     assert res.status is Status.FOUND and res.first_bad == shas[8]
     rewards = [(p.values["seed"], p.values["reward"]) for p in res.probes]
     assert len(set(rewards)) < len(rewards)
+    prints = defaultdict(set)   # a repeat is the whole record again (its step times aside), not the score only
+    for run, p in zip(rewards, res.probes):
+        prints[run].add(p.detail["fingerprint"])
+    assert all(len(f) == 1 for f in prints.values()) and len(set.union(*prints.values())) == len(prints)
 
 
 def test_recorded_runs_are_evidence_for_the_next_search(history):

@@ -61,7 +61,9 @@ def test_the_runs_made_are_drawn_once_for_a_switched_search():
         return SimpleNamespace(commit=commit, role=role, detail={"seeds": seeds, "metrics": [
             {"metric": "entropy", "good": [9.0] * len(good), "probe": [9.0] * len(probe)},
             {"metric": metric, "good": good, "probe": probe}]})
-    records = [record("kept", [1.0, 2.0], [1.0, 2.0]), record("moved", [1.0, 2.0, 3.0], [0.5, 2.0, float("nan")]),
+    kept = record("kept", [1.0, 2.0], [1.0, 2.0])
+    kept.detail["prints"] = {"good": ["g0", "g1"], "probe": ["g0", "k1"]}   # seed 1 only scores alike
+    records = [kept, record("moved", [1.0, 2.0, 3.0], [0.5, 2.0, float("nan")]),
                record("unlogged", [1.0], [7.0], metric="loss"), record("parent", [4.0], [5.0], role="confirm"),
                SimpleNamespace(commit="failed", role="", detail={})]
     drawn = [(c, p.values["reward"], p.values["seed"], p.verdict, p.cause) for c, p in pred.drawn(records)]
@@ -70,6 +72,8 @@ def test_the_runs_made_are_drawn_once_for_a_switched_search():
     assert drawn[6][:3] == ("moved", 2.0, 1) and (drawn[7][0], drawn[7][2]) == ("moved", 2) and len(drawn) == 8
     assert drawn[7][1] != drawn[7][1]   # NaN: the worst run
     assert all(v is Verdict.GOOD and c is Cause.MEASURED for *_, v, c in drawn)
+    prints = [p.detail.get("fingerprint") for _, p in pred.drawn(records)]
+    assert prints[:4] == ["g0", "g1", "g0", "k1"] and not any(prints[4:])   # none recorded: unknown
 
 
 def worker(*args):
@@ -167,6 +171,8 @@ def test_the_users_command_finds_a_commit_only_the_gradient_norm_shows(tmp_path)
     decided = [m for m in culprit.detail["metrics"] if m["decides"]]
     assert [m["metric"] for m in decided] == ["grad_norm"] and len(decided[0]["good"]) == 3
     assert {m["metric"] for m in culprit.detail["metrics"]} == {"reward", "grad_norm"}  # no step, time
+    prints = culprit.detail["prints"]   # each run's record, for a search that switches to pair them
+    assert len(set(prints["good"])) == len(prints["probe"]) == 3 and not set(prints["good"]) & set(prints["probe"])
     assert "grad_norm (decides): GOOD" in result.summary()
     # one number, reward, cannot see it: BAD passes, and rlbisect says so instead of blaming
     only_reward = make_predicate("short-run", CMD, dict(metrics_file="{out}/m.jsonl", steps=6,

@@ -15,7 +15,8 @@ Why the same seeds at every commit: on a deterministic trainer a commit that lea
 stream alone repeats its parent's runs bit for bit, and a repeat says that nothing between the two
 commits changed that run (:mod:`rlbisect.bisect.measured_pairs` reads it; a repeat is not counted
 as a new draw). Where runs never repeat (seeds that do not match, a stream reseeded every commit)
-the seeds change nothing. ``benchmarks/bench_measured.py --matched`` measures both (docs/noisy.md).
+the seeds change nothing. ``benchmarks/bench_measured_matched.py`` measures both (docs/noisy.md).
+A run's ``fingerprint`` (of all it logged) tells a repeat from two runs that only score alike.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from rlbisect.bisect.predicates import Probe
 from rlbisect.errors import Cause, Verdict
-from rlbisect.runs.judge import score
+from rlbisect.runs.judge import fingerprint, score
 
 if TYPE_CHECKING:
     from rlbisect.bisect.predicates.short_run import ShortRunPredicate
@@ -83,4 +84,5 @@ class SeededRun:
                          seconds, Cause.CANNOT_RUN)
         shown = f"{value:.4g}" if math.isfinite(value) else f"{value} (the worst outcome)"
         return Probe(Verdict.GOOD, {metric: value, "seed": float(self.seed)},
-                     f"{metric} = {shown} with seed {self.seed}", seconds, Cause.MEASURED)
+                     f"{metric} = {shown} with seed {self.seed}", seconds, Cause.MEASURED,
+                     detail={"fingerprint": fingerprint(runs)})

@@ -36,7 +36,7 @@ from rlbisect.errors import Cause, Verdict
 from rlbisect.metrics import comparable
 from rlbisect.bisect.predicates.train_runs import CommandRunner, FunctionRunner
 from rlbisect.runs.stats import Decision, Rule
-from rlbisect.runs.judge import Question, dashboard, judge
+from rlbisect.runs.judge import Question, dashboard, fingerprint, judge
 from rlbisect.runs.read import flatten, rename
 
 DEFAULT_RUNNER = "reference_trainer.train:short_run"
@@ -169,7 +169,10 @@ class ShortRunPredicate(BasePredicate):
         def logged(rows: list[dict]) -> list:
             return [r.get(self.options.metric) if self.options.metric else comparable(r) for r in rows]
         same = all(logged(good[s]) == logged(probe_runs[s]) for s in seeds)
-        return self._probe(verdict, seeds, total, same)
+        probe = self._probe(verdict, seeds, total, same)
+        probe.detail["prints"] = {"good": [fingerprint(good[s]) for s in seeds],
+                                  "probe": [fingerprint(probe_runs[s]) for s in seeds]}
+        return probe
 
     def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None) -> Probe:
         """The culprit's runs judged against its parent's (instead of GOOD's), by the same rule, on
@@ -218,14 +221,15 @@ class ShortRunPredicate(BasePredicate):
             sides = [m for m in rec.detail.get("metrics", []) if m.get("metric") == metric]
             if rec.role == "confirm" or seeds is None or not sides:
                 continue
-            for commit, values in ((self.good, sides[0]["good"]), (rec.commit, sides[0]["probe"])):
-                for seed, value in zip(seeds, values):
+            prints = rec.detail.get("prints") or {}   # absent from runs recorded before fingerprints
+            for commit, side in ((self.good, "good"), (rec.commit, "probe")):
+                for seed, value, fp in zip(seeds, sides[0][side], prints.get(side) or [None] * len(seeds)):
                     if (str(commit), seed) in seen:
                         continue
                     seen.add((str(commit), seed))
                     out.append((str(commit), Probe(Verdict.GOOD, {metric: value, "seed": float(seed)},
                                                    f"{metric} = {value:.4g} with seed {seed}", 0.0,
-                                                   Cause.MEASURED)))
+                                                   Cause.MEASURED, detail={"fingerprint": fp} if fp else {})))
         return out
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
