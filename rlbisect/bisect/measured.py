@@ -42,8 +42,8 @@ import numpy as np
 
 from rlbisect.bisect.bayes import Decision, needed
 from rlbisect.bisect.measured_fit import (information_gain, normal_scores, position_sums, side_loglik,
-                                          small_move, values_posterior)
-from rlbisect.bisect.measured_pairs import distinct, fresh_seed, pair_loglik
+                                          skipped_block, small_move, values_posterior)
+from rlbisect.bisect.measured_pairs import distinct, fresh_seed, pair_loglik, seed_blind
 
 NONE_PRIOR = 0.04                #: prior that nothing in the range changed the metric
 START_RUNS = 2                   #: runs at GOOD and at BAD before any other
@@ -243,7 +243,17 @@ class MeasuredSearch:
 
     def decide(self, confidence: float = 0.95, max_runs: int | None = None,
                runs: int | None = None, since: int = 1) -> Decision:
-        """Stop (found / no_regression / misfit / skipped / unknown) or name the next probe."""
+        """Stop (found / no_regression / misfit / skipped / unknown) or name the next probe. No
+        answer where the seed does not reach the run (:func:`~.measured_pairs.seed_blind`)."""
+        d = self._decide(confidence, max_runs, runs)
+        if d.status in ("found", "no_regression") and (at := seed_blind(self.positions, self.seeds,
+                                                                        self.prints)) is not None:
+            return Decision("misfit", p=d.p, message=f"every commit run on two seeds or more gave one "
+                            f"run for all its seeds (position {at} and others): the seed does not "
+                            "reach the training run, so its runs are not draws of a seed spread")
+        return d
+
+    def _decide(self, confidence: float, max_runs: int | None, runs: int | None) -> Decision:
         if not 0.5 < confidence < 1:
             raise ValueError("confidence must be between 0.5 and 1 (exclusive)")
         post, need = self.culprit_posterior(), needed(confidence)
@@ -266,7 +276,7 @@ class MeasuredSearch:
                 f"no {'drop' if self.direction == 'lower' else 'rise'} of {self.min_effect:g} seed spreads or "
                 f"more anywhere in the range (posterior {small:.3f})"))
         nxt = self.next_probe()
-        block = self._skipped_block(need)
+        block = skipped_block(post, self.skipped, need)
         if nxt is None or block is not None:
             cands = block or tuple(k for k in self.credible_set(confidence) if k)
             return Decision("skipped", candidates=cands, p=float(post[list(cands)].sum()) if cands else 0.0)
@@ -274,21 +284,6 @@ class MeasuredSearch:
             inner = tuple(k for k in self.credible_set(confidence) if k)
             return Decision("unknown", candidates=inner, p=float(post[list(inner)].sum()))
         return Decision("probe", probe=nxt)
-
-    def _skipped_block(self, need: float) -> tuple[int, ...] | None:
-        """Culprits glued together by skipped commits, once they hold ``need`` together: a run at
-        position i tells k <= i from k > i, so a skipped i joins culprits i and i + 1."""
-        post, blocks, cur = self.culprit_posterior(), [], []
-        for k in range(1, self.n + 1):
-            cur.append(k)
-            if k not in self.skipped:
-                blocks.append(tuple(cur))
-                cur = []
-        blocks.append(tuple(cur))   # empty when n is not skipped: no block
-        for b in blocks:
-            if len(b) > 1 and post[list(b)].sum() >= need:
-                return b
-        return None
 
     def sure_marks(self, confidence: float) -> tuple[int | None, int | None]:
         """(latest position surely before the change, earliest surely after), or None each."""

@@ -170,3 +170,17 @@ def information_gain(p: np.ndarray, m: np.ndarray, s: np.ndarray, q: np.ndarray)
         hk = -float(np.where(p > 0, p * np.log(p), 0.0).sum())
     gain = np.maximum(hk + hmix + joint_term, 0.0)   # I(k; y) = H(k) + H(y) - H(k, y)
     return gain
+
+
+def skipped_block(post: np.ndarray, skipped: set[int], need: float) -> tuple[int, ...] | None:
+    """Culprits glued together by skipped commits, once they hold ``need`` together: a run at
+    position i tells k <= i from k > i, so a skipped i joins culprits i and i + 1."""
+    blocks: list[tuple[int, ...]] = []
+    cur: list[int] = []
+    for k in range(1, len(post)):
+        cur.append(k)
+        if k not in skipped:
+            blocks.append(tuple(cur))
+            cur = []
+    blocks.append(tuple(cur))   # empty when n is not skipped: no block
+    return next((b for b in blocks if len(b) > 1 and post[list(b)].sum() >= need), None)

@@ -34,7 +34,10 @@ run logged, where known). The value alone is not enough: a metric with few level
 proves a stream unchanged and weighs against the culprit it straddles (docs/noisy.md measures the
 wrong answers). Runs alike in value and unlike in record are neither a repeat nor a difference:
 the pair is left out, and the later run is no new draw either (it may be a repeat whose record
-holds a number that is not reproducible).
+holds a number that is not reproducible). Where the record cannot tell runs apart at all (one
+coarse number), two runs on different seeds, which are never repeats, come out alike too:
+:func:`coincide` sees it, and then no pair is read. :func:`seed_blind` is the extreme: every
+commit gives one run whatever the seed, and the search gives no answer.
 """
 
 from __future__ import annotations
@@ -80,6 +83,17 @@ def pairs(runs: list[Run], prints: Prints = None) -> list[Pair]:
     return out
 
 
+def coincide(runs: list[Run], prints: Prints = None) -> bool:
+    """Whether two runs on different seeds gave the same score and record: then the record does not
+    tell runs apart (one coarse number), and an equal pair on one seed may be chance, not a repeat."""
+    seeds: dict[tuple, int] = {}
+    for i, (_, seed, v) in enumerate(runs):
+        if seed is not None and np.isfinite(v):
+            if seeds.setdefault((v, prints[i] if prints else None), seed) != seed:
+                return True
+    return False
+
+
 def _alike(va: float, vb: float, pa: str | None, pb: str | None) -> bool | None:
     if va != vb:
         return False
@@ -115,8 +129,8 @@ def pair_loglik(runs: list[Run], n: int, prints: Prints = None) -> np.ndarray:
     """Log-likelihood of the repeats for NONE (index 0) and each culprit 1..n, up to a constant
     shared by all (see the module)."""
     ps = [p for p in pairs(runs, prints) if p[2] is not None]
-    if not any(same for *_, same in ps):
-        return np.zeros(n + 1)   # no repeat, no sign the trainer is deterministic: differences alone are left out
+    if not any(same for *_, same in ps) or coincide(runs, prints):
+        return np.zeros(n + 1)   # no repeat (no sign the trainer is deterministic), or no telling one
     kept = proven(ps, n)
     k = np.arange(n + 1)[:, None]    # hypothesis index; 0 (NONE) is straddled by no pair
     straddles = lambda a, b: ((k > a) & (k <= b) & (k > 0))[:, 0]   # noqa: E731
@@ -158,3 +172,17 @@ def pair_loglik(runs: list[Run], n: int, prints: Prints = None) -> np.ndarray:
         total = log_prior + ll
     top = total.max(axis=(0, 1, 2))
     return top + np.log(np.exp(total - top).sum(axis=(0, 1, 2)))
+
+
+def seed_blind(positions: Sequence[int], seeds: Sequence[int | None], prints: Prints) -> int | None:
+    """The first position run on two seeds or more, when every such position (two at least) gave
+    one record for all its seeds: the seed does not reach the run (a training script that ignores
+    ``--seed``), so runs at a commit are not draws and the value models do not apply. Else None.
+    A coarse record (one number of few levels) could look so by chance; it takes every commit
+    with two seeds or more agreeing, at the point an answer would be given."""
+    records: dict[int, dict[int, str]] = {}
+    for pos, seed, fp in zip(positions, seeds, prints or ()):
+        if seed is not None and fp is not None:
+            records.setdefault(pos, {})[seed] = fp
+    multi = sorted(p for p, r in records.items() if len(r) > 1)
+    return multi[0] if len(multi) > 1 and all(len(set(records[p].values())) == 1 for p in multi) else None

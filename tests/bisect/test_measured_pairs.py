@@ -3,7 +3,8 @@
 import numpy as np
 
 from rlbisect.bisect.measured import MeasuredSearch
-from rlbisect.bisect.measured_pairs import distinct, fresh_seed, pair_loglik, pairs
+from rlbisect.bisect import measured_pairs
+from rlbisect.bisect.measured_pairs import coincide, distinct, fresh_seed, pair_loglik, pairs, seed_blind
 
 
 def test_a_repeat_on_the_same_seed_is_not_a_new_draw():
@@ -103,19 +104,48 @@ def test_runs_alike_in_score_but_not_in_record_are_no_repeat():
     assert fresh_seed(runs, 8, 2) == 1
 
 
-def test_a_metric_with_few_levels_names_no_wrong_culprit_once_records_are_read():
-    # a pass rate with levels a quarter spread apart, a tenth of the commits changing the random
-    # stream: different runs often score alike, and read as repeats they prove streams unchanged
-    # and weigh against the true culprit
-    wrong = {"score only": 0, "fingerprint": 0}
-    for seed in range(6):
+def few_levels(seeds=range(6), fingerprint=True) -> tuple[int, int]:
+    """A pass rate with levels a quarter spread apart, a tenth of the commits changing the random
+    stream: (wrong answers, runs) over the histories ``seeds``."""
+    wrong = runs = 0
+    for seed in seeds:
         rng = np.random.default_rng(seed)
         culprit, stream = int(rng.integers(1, 65)), np.cumsum(rng.random(65) < 0.1)
-        for how in wrong:
-            s = MeasuredSearch(64, "lower")
-            while (d := s.decide(0.95, 600)).status == "probe":
-                j, bad = s.next_seed(d.probe), int(d.probe >= culprit)
-                x = np.random.default_rng([seed, int(stream[d.probe]), j, bad]).normal() - bad
-                s.observe(d.probe, round(x * 4) / 4, j, repr(x) if how == "fingerprint" else None)
-            wrong[how] += d.status == "found" and d.first_bad != culprit
-    assert wrong == {"score only": 3, "fingerprint": 0}
+        s = MeasuredSearch(64, "lower")
+        while (d := s.decide(0.95, 600)).status == "probe":
+            j, bad = s.next_seed(d.probe), int(d.probe >= culprit)
+            x = np.random.default_rng([seed, int(stream[d.probe]), j, bad]).normal() - bad
+            s.observe(d.probe, round(x * 4) / 4, j, repr(x) if fingerprint else None)
+        wrong, runs = wrong + (d.status == "found" and d.first_bad != culprit), runs + s.n_obs
+    return wrong, runs
+
+
+def test_a_metric_with_few_levels_names_no_wrong_culprit(monkeypatch):
+    # different runs often score alike; read as repeats they prove streams unchanged and weigh
+    # against the true culprit. The record tells them apart; without one, two seeds scoring alike
+    # show that the score cannot, and the pairs are not read
+    assert few_levels()[0] == few_levels(fingerprint=False)[0] == 0
+    monkeypatch.setattr(measured_pairs, "coincide", lambda *a: False)
+    assert few_levels()[0] == 0 and few_levels(fingerprint=False)[0] == 3
+
+
+def test_a_score_that_two_seeds_share_turns_the_pairs_off():
+    runs = [(0, 0, 1.0), (0, 1, 2.0), (4, 0, 1.0), (8, 0, 3.0)]
+    ll = pair_loglik(runs, 8)
+    assert ll[2] < ll[0] - 1.0                        # 0 -> 4 repeats on seed 0
+    alike = runs + [(8, 1, 1.0)]                     # seed 1 at 8 scores as seed 0 at 0
+    assert coincide(alike) and np.array_equal(pair_loglik(alike, 8), np.zeros(9))
+    assert not coincide(alike, ["a", "b", "a", "c", "d"])   # their records differ: the pairs stand
+    ll = pair_loglik(alike, 8, ["a", "b", "a", "c", "d"])
+    assert ll[2] < ll[0] - 1.0
+
+
+def test_a_seed_that_does_not_reach_the_run_gives_no_answer():
+    s = MeasuredSearch(8, "lower")
+    while (d := s.decide(0.95, 200)).status == "probe":
+        value = 0.0 if d.probe < 5 else -1.0          # the same run for every seed
+        s.observe(d.probe, value, s.next_seed(d.probe), repr(value))
+    assert d.status == "misfit" and "the seed does not reach the training run" in d.message
+    assert seed_blind([0, 0, 8, 8], [0, 1, 0, 1], ["a", "a", "b", "b"]) == 0
+    assert seed_blind([0, 0, 8, 8], [0, 1, 0, 1], ["a", "a", "b", "c"]) is None    # one commit's seeds differ
+    assert seed_blind([0, 0, 8], [0, 1, 0], ["a", "a", "b"]) is None                # one commit: chance

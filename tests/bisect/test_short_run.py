@@ -140,14 +140,16 @@ raise SystemExit({code})
 """
 
 
-def command_history(tmp_path, versions: list[tuple[float, int]]) -> tuple[Path, list[str]]:
-    """A repository whose commits hold train.py with the given (grad_norm scale, exit code)."""
+def command_history(tmp_path, versions: list[tuple[float, int]], seeded: bool = True) -> tuple[Path, list[str]]:
+    """A repository whose commits hold train.py with the given (grad_norm scale, exit code);
+    ``seeded=False``: the script ignores ``--seed``."""
     repo = tmp_path / "r"
     repo.mkdir()
     git(repo, "init", "-q")
     shas = []
     for i, (scale, code) in enumerate(versions):
-        (repo / "train.py").write_text(TRAIN.format(scale=scale, code=code) + f"# {i}\n")
+        script = TRAIN.format(scale=scale, code=code)
+        (repo / "train.py").write_text((script if seeded else script.replace("(a.seed)", "(0)")) + f"# {i}\n")
         git(repo, "add", "-A")
         git(repo, "commit", "-qm", f"c{i}")
         shas.append(git(repo, "rev-parse", "HEAD"))
@@ -178,6 +180,22 @@ def test_the_users_command_finds_a_commit_only_the_gradient_norm_shows(tmp_path)
     only_reward = make_predicate("short-run", CMD, dict(metrics_file="{out}/m.jsonl", steps=6,
                                  metric="reward", metric_map={"train/reward": "reward"}))
     assert bisect(repo, f"{shas[0]}..{shas[-1]}", only_reward, BisectOptions(use_cache=False)).status == "bad_passes"
+
+
+@pytest.mark.slow
+def test_a_script_that_ignores_the_seed_gets_no_verdict(tmp_path):
+    """Every seed gives GOOD the same run: no seed spread to judge against. Judged anyway, any
+    numeric change at all (here grad_norm 1% up) would be named; instead no commit is."""
+    repo, shas = command_history(tmp_path, [(1.0, 0)] * 3 + [(1.01, 0)] * 3, seeded=False)
+    for flaky, options in ((False, {}), (True, dict(metric="grad_norm", direction="higher"))):
+        pred = make_predicate("short-run", CMD, dict(metrics_file="{out}/m.jsonl", steps=6, **options))
+        result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred, BisectOptions(flaky=flaky, use_cache=False))
+        assert result.first_bad is None and "the seed does not reach the training run" in result.message
+    # the same history with the seed used: a 1% move is well inside the spread, nothing to name
+    (tmp_path / "seeded").mkdir()
+    repo, shas = command_history(tmp_path / "seeded", [(1.0, 0)] * 3 + [(1.01, 0)] * 3)
+    pred = make_predicate("short-run", CMD, dict(metrics_file="{out}/m.jsonl", steps=6))
+    assert "the seed does not reach" not in bisect(repo, f"{shas[0]}..{shas[-1]}", pred).message
 
 
 @pytest.mark.parametrize("code,verdict,said", [(1, "bad", "training failed with seed 0 (exit 1)"),

@@ -151,6 +151,10 @@ class ShortRunPredicate(BasePredicate):
             seeds = list(range(k))
             good, failed, seconds = self._good(seeds, timeout)
             total += seconds
+            if good is not None and len({fingerprint(good[s]) for s in seeds}) == 1:
+                failed = Probe(Verdict.SKIP, reason=f"GOOD's runs on seeds {seeds[0]}-{seeds[-1]} logged the same "
+                               "numbers: the seed does not reach the training run (is {seed} passed on and "
+                               "used?), so there is no seed spread to judge against", cause=Cause.CANNOT_RUN)
             if failed is None:
                 got, failed, seconds = self._train(worktree, [s for s in seeds if s not in probe_runs],
                                                    timeout)
