@@ -54,8 +54,10 @@ def bookkeeping(key: str) -> bool:
 def fingerprint(rows: list[dict]) -> str:
     """A digest of what a run logged, bookkeeping left out: two runs of a deterministic trainer on
     one seed have the same one exactly when they reproduce each other (the measured search reads
-    repeats by it: :mod:`rlbisect.bisect.measured_pairs`)."""
+    repeats by it: :mod:`rlbisect.bisect.measured_pairs`). Empty when it logged only bookkeeping."""
     kept = [{k: v for k, v in row.items() if not bookkeeping(k)} for row in rows]
+    if not any(kept):
+        return ""
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 

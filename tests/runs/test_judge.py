@@ -13,3 +13,4 @@ def test_a_fingerprint_is_the_record_without_its_bookkeeping():
     assert fingerprint(other) != fingerprint(run) and other[-1]["reward"] == run[-1]["reward"]
     assert fingerprint(run[:1]) != fingerprint(run)
     assert fingerprint([{"reward": float("nan")}]) == fingerprint([{"reward": float("nan")}])
+    assert fingerprint([{"step": 0, "step_time": 0.3}]) == ""    # nothing but bookkeeping: no record

@@ -151,7 +151,7 @@ class ShortRunPredicate(BasePredicate):
             seeds = list(range(k))
             good, failed, seconds = self._good(seeds, timeout)
             total += seconds
-            if good is not None and len({fingerprint(good[s]) for s in seeds}) == 1:
+            if good is not None and len(prints := {fingerprint(good[s]) for s in seeds}) == 1 and "" not in prints:
                 failed = Probe(Verdict.SKIP, reason=f"GOOD's runs on seeds {seeds[0]}-{seeds[-1]} logged the same "
                                "numbers: the seed does not reach the training run (is {seed} passed on and "
                                "used?), so there is no seed spread to judge against", cause=Cause.CANNOT_RUN)
