@@ -14,8 +14,11 @@ leaves a share U of the seeds alone. Three ways of choosing seeds, on the same h
 the rest of a run's record is distinct; ``paired, score only`` is the paired search reading
 repeats on the score alone (before a run's fingerprint was read).
 
+``--seed-blind``: the training script ignores the seed, so every run at a commit is the same; right
+is then no answer (the search says the seed does not reach the run).
+
 Usage: python benchmarks/bench_measured_matched.py [--histories 200] [--keep 0.9] [--untouched 0.3]
-       [--step 0.25]
+       [--step 0.25] [--seed-blind]
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Deterministic(History):
         return x - (self.shift if touched else 0)
 
 
-def matched(histories: int, keep: float, untouched: float, step: float = 0.0) -> None:
+def matched(histories: int, keep: float, untouched: float, step: float = 0.0, blind: bool = False) -> None:
     """The measured search on a deterministic trainer, three ways: ``paired`` as rlbisect runs it
     (a commit's n-th run on seed n, a fresh seed where a run would only repeat, repeats read as
     such: rlbisect.bisect.measured_pairs); a seed of its own per commit and run (every run a fresh
@@ -61,7 +64,7 @@ def matched(histories: int, keep: float, untouched: float, step: float = 0.0) ->
     repeat counted as a new draw, as before pairing). With ``step``, the metric has levels
     ``step`` seed spreads apart (a pass rate over a few tasks) and the run's record stays distinct
     (its other metrics): ``paired, score only`` reads repeats on the score alone, as before
-    fingerprints."""
+    fingerprints. ``blind``: the training script ignores the seed (every run at a commit the same)."""
     labels = ("paired", "paired, score only") if step else ("paired",)
     for shift in (1.0, 2.0):
         hs = [Deterministic(shift, 1000 * i + 7, keep, untouched) for i in range(histories)]
@@ -79,7 +82,7 @@ def matched(histories: int, keep: float, untouched: float, step: float = 0.0) ->
                             1000 * p + j if label == "a seed per run" else j)
                         pending.append((p, seed))
                     for p, seed in pending:
-                        x = h.run(p, seed)
+                        x = h.run(p, 0 if blind else seed)
                         score = float(np.round(x / step) * step) if step else x
                         s.observe(p, score, seed if label.startswith("paired") else None,
                                   None if label.endswith("score only") else repr(x))
@@ -101,10 +104,11 @@ def main() -> None:
     p.add_argument("--keep", type=float, default=1.0, help="the chance a commit keeps its parent's random stream")
     p.add_argument("--untouched", type=float, default=0.0, help="the share of seeds the fault leaves unchanged")
     p.add_argument("--step", type=float, default=0.0, help="the metric's levels, this many seed spreads apart")
+    p.add_argument("--seed-blind", action="store_true", help="the trainer ignores the seed")
     p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
     a = p.parse_args()
     BUDGET = a.budget
-    matched(a.histories, a.keep, a.untouched, a.step)
+    matched(a.histories, a.keep, a.untouched, a.step, a.seed_blind)
 
 
 if __name__ == "__main__":

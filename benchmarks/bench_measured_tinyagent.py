@@ -16,7 +16,7 @@ predicate decides each commit against GOOD with 3-9 seeds. TinyAgent is determin
 per-commit predicate's matched seeds repeat GOOD's runs exactly wherever the code is unchanged.
 Reported: right / wrong / none, training runs (mean), minutes.
 
-Usage: python benchmarks/bench_measured_tinyagent.py [--histories 4] [--fault accum_local] [--commits 10]
+Usage: python benchmarks/bench_measured_tinyagent.py [--histories 4] [--first 0] [--fault accum_local] [--commits 10]
        [--direction lower]
 """
 
@@ -70,13 +70,14 @@ def search(h, flaky: bool, tmp: Path, direction: str) -> tuple[int | None, int, 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--histories", type=int, default=4)
+    p.add_argument("--first", type=int, default=0, help="the first history's index (to extend an earlier run)")
     p.add_argument("--fault", default="accum_local")
     p.add_argument("--commits", type=int, default=10)
     p.add_argument("--direction", default="lower", help="lower, higher or change (stale_old_logp raises the reward)")
     a = p.parse_args()
     out: dict[str, list] = {"measured (--flaky)": [], "per-commit": []}
     truth = []
-    for i in range(a.histories):
+    for i in range(a.first, a.first + a.histories):
         bad_at = int(np.random.default_rng([a.commits, i]).integers(1, a.commits + 1))
         with tempfile.TemporaryDirectory() as tmp:
             h = build_history(Path(tmp) / "h", fault=a.fault, commits=a.commits, bad_at=bad_at)

@@ -175,7 +175,7 @@ def pair_loglik(runs: list[Run], n: int, prints: Prints = None) -> np.ndarray:
 
 
 def seed_blind(positions: Sequence[int], seeds: Sequence[int | None], prints: Prints) -> int | None:
-    """The first position run on two seeds or more, when every such position (two at least) gave
+    """How many positions ran on two seeds or more, when every such position (two at least) gave
     one record for all its seeds: the seed does not reach the run (a training script that ignores
     ``--seed``), so runs at a commit are not draws and the value models do not apply. Else None.
     A coarse record (one number of few levels) could look so by chance; it takes every commit
@@ -185,4 +185,4 @@ def seed_blind(positions: Sequence[int], seeds: Sequence[int | None], prints: Pr
         if seed is not None and fp is not None:
             records.setdefault(pos, {})[seed] = fp
     multi = sorted(p for p, r in records.items() if len(r) > 1)
-    return multi[0] if len(multi) > 1 and all(len(set(records[p].values())) == 1 for p in multi) else None
+    return len(multi) if len(multi) > 1 and all(len(set(records[p].values())) == 1 for p in multi) else None
