@@ -246,12 +246,15 @@ class MeasuredSearch:
         """Stop (found / no_regression / misfit / skipped / unknown) or name the next probe. No
         answer where the seed does not reach the run (:func:`~.measured_pairs.seed_blind`)."""
         d = self._decide(confidence, max_runs, runs)
-        if d.status in ("found", "no_regression") and (count := seed_blind(self.positions, self.seeds,
-                                                                           self.prints)) is not None:
+        if d.status in ("found", "no_regression") and (count := self.blind()) is not None:
             return Decision("misfit", p=d.p, message=f"each of the {count} commits run on two seeds or more "
                             "gave one run for all its seeds: the seed does not reach the training run, so "
                             "its runs are not draws of a seed spread")
         return d
+
+    def blind(self) -> int | None:
+        """The commits run on two seeds or more, when each gave one run for all (seed_blind)."""
+        return seed_blind(self.positions, self.seeds, self.prints)
 
     def _decide(self, confidence: float, max_runs: int | None, runs: int | None) -> Decision:
         if not 0.5 < confidence < 1:

@@ -185,8 +185,13 @@ class MeasuredPosterior(Posterior):
         return [self.order[p] for p in picks]
 
     def top(self, count: int = 10) -> list[dict]:
+        if self.search.blind() is not None:   # runs that are not draws: no posterior to show
+            return []
         return [{"commit": self.order[k] if k else "nothing changed in the range", "p": round(p, 6)}
                 for k, p in self.search.top(count)]
+
+    def candidates(self) -> list[str]:
+        return [] if self.search.blind() is not None else super().candidates()
 
     def report(self, outcome: str) -> dict[str, Any]:
         d = self.decision
