@@ -151,7 +151,8 @@ class ShortRunPredicate(BasePredicate):
             seeds = list(range(k))
             good, failed, seconds = self._good(seeds, timeout)
             total += seconds
-            if good is not None and len(prints := {fingerprint(good[s]) for s in seeds}) == 1 and "" not in prints:
+            good_prints = [fingerprint(good[s]) for s in seeds] if good is not None else []
+            if len(set(good_prints)) == 1 and good_prints[0]:
                 failed = Probe(Verdict.SKIP, reason=f"GOOD's runs on seeds {seeds[0]}-{seeds[-1]} logged the same "
                                "numbers: the seed does not reach the training run (is {seed} passed on and "
                                "used?), so there is no seed spread to judge against", cause=Cause.CANNOT_RUN)
@@ -174,7 +175,7 @@ class ShortRunPredicate(BasePredicate):
             return [r.get(self.options.metric) if self.options.metric else comparable(r) for r in rows]
         same = all(logged(good[s]) == logged(probe_runs[s]) for s in seeds)
         probe = self._probe(verdict, seeds, total, same)
-        probe.detail["prints"] = {"good": [fingerprint(good[s]) for s in seeds],
+        probe.detail["prints"] = {"good": good_prints,
                                   "probe": [fingerprint(probe_runs[s]) for s in seeds]}
         return probe
 
