@@ -23,6 +23,7 @@ each CLI with the ``sh`` predicate; same table run for run. Needs ``git-bayesect
     python benchmarks/bench_flaky.py --histories 400 --blocks 40 [--peer-confidence 0.95]
     python benchmarks/bench_flaky.py --pairs 0:0.3,0.4:0.8,0.6:1 --histories 200
     python benchmarks/bench_flaky.py --clean-prior 0 --histories 400   # the prior before issue 37
+    python benchmarks/bench_flaky.py --choice chernoff --histories 400  # another rule for the next run
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bayesect_peer  # noqa: E402
 from flaky_blocks import block_lines, wrong_count  # noqa: E402
 from flaky_plot import plot_frontier  # noqa: E402
+import flaky_told  # noqa: E402
+from flaky_choice import CHOICES  # noqa: E402
 from flaky_told import search_rlbisect  # noqa: E402
 
 from rlbisect.bisect import bayes, bayes_fit  # noqa: E402
@@ -271,6 +274,8 @@ def main() -> None:
     ap.add_argument("--clean-prior", type=float, metavar="W",
                     help="simulated: rlbisect's prior weight of a clean predicate (default: as "
                          "shipped; 0: the prior before issue 37)")
+    ap.add_argument("--choice", choices=sorted(CHOICES), default="",
+                    help="simulated: another rule for rlbisect's next run (benchmarks/flaky_choice.py)")
     args = ap.parse_args()
     if (why := bayesect_peer.available()):
         sys.exit(f"bench_flaky: {why}")
@@ -290,6 +295,9 @@ def main() -> None:
         if args.real or not 0 <= args.clean_prior < 1:
             sys.exit("bench_flaky: --clean-prior is simulated only, in [0, 1)")
         bayes_fit.CLEAN_PRIOR = args.clean_prior     # the pool's workers fork after this
+    if args.choice and (args.real or args.known_rates):
+        sys.exit("bench_flaky: --choice is simulated only, without --known-rates")
+    flaky_told.CHOICE = args.choice               # the pool's workers fork after this
     if args.pairs:
         global CASES
         CASES = parse_pairs(args.pairs)
@@ -304,7 +312,7 @@ def main() -> None:
             "stop": ", told the true rates for stopping only"}[args.known_rates]
     print(f"{args.commits}-commit histories, {args.histories} per case, seed {args.seed}, {mode}; "
           f"rlbisect --flaky (confidence {conf}, budget {bayes.default_max_runs(n)} runs, clean "
-          f"prior {bayes_fit.CLEAN_PRIOR:g}{told}) vs "
+          f"prior {bayes_fit.CLEAN_PRIOR:g}{told}{', choice ' + args.choice if args.choice else ''}) vs "
           f"git-bayesect {bayesect_peer.VERSION} run --confidence {peer_conf}")
     if levels:
         return frontier(args, cases, n, levels)

@@ -56,7 +56,7 @@ from rlbisect.runs.stats import Rule   # noqa: E402
 ROWS = {"normal 0.5": ("normal", 0.5), "normal 1": ("normal", 1.0), "normal 2": ("normal", 2.0),
         "normal 4": ("normal", 4.0), "heavy 1": ("heavy", 1.0), "heavy 2": ("heavy", 2.0),
         "spread x2": ("spread", 0.0)}
-N, BUDGET, STEP = 64, 600, 0.0
+N, BUDGET, STEP, SEED = 64, 600, 0.0, 7
 
 
 class History:
@@ -188,7 +188,7 @@ def simulated(histories: int, repeats: int, rows: list[str], others: bool = True
     for row in rows:
         kind, shift = ROWS[row]
         t0 = time.perf_counter()
-        hs = [History(kind, shift, 1000 * i + 7) for i in range(histories)]
+        hs = [History(kind, shift, 1000 * i + SEED) for i in range(histories)]
         truth = [h.culprit for h in hs]
         m = [measured(h) for h in hs]
         print(f"== {row} ({histories} histories of {N} commits)")
@@ -214,7 +214,7 @@ def smallest_move(histories: int, delta: float, rows: list[str]) -> None:
     (right = "nothing changed") and on the rows (right = the culprit), beside it without one."""
     for row in ["flat", *(r for r in rows if ROWS[r][0] != "spread")]:
         kind, shift = ("normal", 0.0) if row == "flat" else ROWS[row]
-        hs = [History(kind, shift, 1000 * i + 7) for i in range(histories)]
+        hs = [History(kind, shift, 1000 * i + SEED) for i in range(histories)]
         for label, me in ((f"--min-effect {delta:g}", delta), ("without", None)):
             got = [measured(h, 1, me) for h in hs]
             runs = np.array([g[1] for g in got])
@@ -251,9 +251,9 @@ def real(count: int, shifts: list[float], tools: tuple[str, ...] = ("measured", 
         out: dict[str, list] = {t: [] for t in tools}
         for i in range(count):
             with tempfile.TemporaryDirectory() as tmp:
-                rng = np.random.default_rng([int(shift * 100), i])
+                rng = np.random.default_rng([int(shift * 100), i] + ([] if SEED == 7 else [SEED]))
                 culprit = int(rng.integers(1, 33))
-                shas = build(Path(tmp) / "repo", 32, culprit, shift, salt=i)
+                shas = build(Path(tmp) / "repo", 32, culprit, shift, salt=i + (0 if SEED == 7 else 1000 * SEED))
                 for name in tools:
                     extra = {"measured": ["--flaky"], "per-commit": ["--per-commit"]}.get(name, [])
                     report = Path(tmp) / f"{name}.json"
@@ -274,7 +274,7 @@ def real(count: int, shifts: list[float], tools: tuple[str, ...] = ("measured", 
 
 
 def main() -> None:
-    global BUDGET, STEP
+    global BUDGET, STEP, SEED
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--histories", type=int, default=200)
     p.add_argument("--repeats", type=int, default=20)
@@ -287,8 +287,9 @@ def main() -> None:
     p.add_argument("--tools", default="measured,short-run", help="--real: of measured (--flaky), short-run "
                    "(the default: per commit, switching to measured when seeds do not match), per-commit (--per-commit)")
     p.add_argument("--step", type=float, default=0.0, help="the metric's levels, this many seed spreads apart")
+    p.add_argument("--seed", type=int, default=SEED, help="the histories' seed (0-999; 7: the docs' histories)")
     a = p.parse_args()
-    BUDGET, STEP = a.budget, a.step
+    BUDGET, STEP, SEED = a.budget, a.step, a.seed
     if a.min_effect:
         smallest_move(a.histories, a.min_effect, [r.strip() for r in a.rows.split(",") if r.strip()])
         return

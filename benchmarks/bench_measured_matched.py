@@ -56,7 +56,8 @@ class Deterministic(History):
         return x - (self.shift if touched else 0)
 
 
-def matched(histories: int, keep: float, untouched: float, step: float = 0.0, blind: bool = False) -> None:
+def matched(histories: int, keep: float, untouched: float, step: float = 0.0, blind: bool = False,
+            seed: int = 7) -> None:
     """The measured search on a deterministic trainer, three ways: ``paired`` as rlbisect runs it
     (a commit's n-th run on seed n, a fresh seed where a run would only repeat, repeats read as
     such: rlbisect.bisect.measured_pairs); a seed of its own per commit and run (every run a fresh
@@ -67,7 +68,7 @@ def matched(histories: int, keep: float, untouched: float, step: float = 0.0, bl
     fingerprints. ``blind``: the training script ignores the seed (every run at a commit the same)."""
     labels = ("paired", "paired, score only") if step else ("paired",)
     for shift in (1.0, 2.0):
-        hs = [Deterministic(shift, 1000 * i + 7, keep, untouched) for i in range(histories)]
+        hs = [Deterministic(shift, 1000 * i + seed, keep, untouched) for i in range(histories)]
         truth = [h.culprit for h in hs]
         for label in (*labels, "a seed per run", "seed n, unread", "paired, --jobs 4"):
             got, t0, rounds, jobs = [], time.perf_counter(), 0, 4 if label.endswith("4") else 1
@@ -106,9 +107,10 @@ def main() -> None:
     p.add_argument("--step", type=float, default=0.0, help="the metric's levels, this many seed spreads apart")
     p.add_argument("--seed-blind", action="store_true", help="the trainer ignores the seed")
     p.add_argument("--budget", type=int, default=BUDGET, help="runs at most per search")
+    p.add_argument("--seed", type=int, default=7, help="the histories' seed (0-999; 7: the docs' histories)")
     a = p.parse_args()
     BUDGET = a.budget
-    matched(a.histories, a.keep, a.untouched, a.step, a.seed_blind)
+    matched(a.histories, a.keep, a.untouched, a.step, a.seed_blind, a.seed)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from flaky_choice import CHOICES
 from rlbisect.bisect import bayes
 from rlbisect.bisect.simulate import simulate
 from rlbisect.errors import Verdict
@@ -37,17 +38,24 @@ class ToldSearch(bayes.FlakySearch):
             super().culprit_posterior()
 
 
+#: ``bench_flaky.py --choice``: another rule for the next run (:mod:`flaky_choice`), or "" (shipped)
+CHOICE = ""
+
+
 def search_rlbisect(n: int, fails: Callable[[int], bool], confidence: float,
                     rates: tuple[float, float], known: str) -> bayes.Decision:
     """rlbisect's whole search against ``fails`` (position -> bool); ``known``: "" (the rates
     unknown, as shipped), "both", "choice" or "stop" (the true ``rates`` told to that part)."""
     def verdict(pos: int) -> Verdict:
         return "bad" if fails(pos) else "good"
-    if known in ("", "both"):
+    if CHOICE:
+        search: bayes.FlakySearch = CHOICES[CHOICE](n)
+    elif known in ("", "both"):
         told = (dict(before_grid=[rates[0]], after_grid=[rates[1]], rate_weights=np.ones((1, 1)))
                 if known else {})
         return simulate(n, verdict, confidence, **told).decision
-    search = ToldSearch(n, rates, known)
+    else:
+        search = ToldSearch(n, rates, known)
     cap = bayes.default_max_runs(n)
     while (d := search.decide(confidence, cap)).status == "probe":
         assert d.probe is not None
