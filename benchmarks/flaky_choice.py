@@ -1,7 +1,8 @@
 """Other rules for which run ``--flaky`` makes next, for ``bench_flaky.py --choice``: does the choice,
 rather than the prior and the stop, hold the search back? Each is the shipped search
-(:class:`rlbisect.bisect.bayes.FlakySearch`) with ``next_probe`` replaced; the posterior, the stop
-and the fit check are the shipped ones. Measured in docs/noisy.md (none kept).
+(:class:`rlbisect.bisect.bayes.FlakySearch`) with its choice replaced (``next_probe``, or the
+``information_gain`` it maximises); the posterior, the stop and the fit check are the shipped ones.
+Measured in docs/noisy.md (none kept).
 
 * ``chernoff``: once a culprit k* has posterior 0.5 or more, the run whose outcome best tells k* from
   the rest (the largest Kullback-Leibler divergence between the run's outcome under k* and under the
