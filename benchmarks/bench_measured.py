@@ -135,13 +135,14 @@ def short_run(h: History) -> tuple[int | None, int]:
 def mannwhitney_p(a: list[float], b: list[float]) -> float:
     """One-sided p that ``b`` tends to lie above ``a`` (normal approximation, ties counted half)."""
     from statistics import NormalDist
-    u = sum((y > x) + 0.5 * (y == x) for x in a for y in b)
+    x, y = np.asarray(a)[None, :], np.asarray(b)[:, None]
+    u = float((y > x).sum() + 0.5 * (y == x).sum())
     n, m = len(a), len(b)
     z = (u - n * m / 2) / np.sqrt(n * m * (n + m + 1) / 12)
     return 1 - NormalDist().cdf(z)
 
 
-def pinpoint(h: History, repeats: int) -> tuple[int | None, int]:
+def pinpoint(h: History, repeats: int, alpha: float = 0.01) -> tuple[int | None, int]:
     good = [h.run(0, j) for j in range(repeats)]
 
     def judge(pos: int):
@@ -151,7 +152,7 @@ def pinpoint(h: History, repeats: int) -> tuple[int | None, int]:
             p = mannwhitney_p([abs(x - med) for x in good], [abs(x - med) for x in probe])
         else:   # lower at the probe: GOOD's runs lie above the probe's
             p = mannwhitney_p(probe, good)
-        return ("bad" if p < 0.01 else "good"), repeats
+        return ("bad" if p < alpha else "good"), repeats
     return per_commit(h, judge, repeats)
 
 
