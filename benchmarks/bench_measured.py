@@ -117,17 +117,17 @@ def per_commit(h: History, judge, cost: int) -> tuple[int | None, int]:
     return (int(state.first_bad) if state.first_bad else None), runs
 
 
-def short_run(h: History) -> tuple[int | None, int]:
-    rule, direction = Rule(), ("change" if h.kind == "spread" else "lower")
-    good_used = [0]
+def short_run(h: History, rule: Rule = Rule(), forced: float | None = None) -> tuple[int | None, int]:
+    """Today's rule, or another; ``forced``: at the cap, bad below this p and good above (no skip)."""
+    direction, good_used = ("change" if h.kind == "spread" else "lower"), [0]
 
     def judge(pos: int):
         for k in rule.schedule():
             good_used[0] = max(good_used[0], k)
-            v = rule.decide([h.run(0, j) for j in range(k)], [h.run(pos, j) for j in range(k)], direction)[0]
+            v, p = rule.decide([h.run(0, j) for j in range(k)], [h.run(pos, j) for j in range(k)], direction)
             if v != "unknown":
                 return v, k
-        return "unknown", k
+        return ("unknown" if forced is None else "bad" if p < forced else "good"), k
     culprit, runs = per_commit(h, judge, 0)
     return culprit, runs + good_used[0]
 

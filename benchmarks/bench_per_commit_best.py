@@ -9,7 +9,7 @@ and names the cheapest that reaches it.
 
 * fixed repeats (Pinpoint, ``bench_measured.pinpoint``): R runs at every probed commit and at
   GOOD, Mann-Whitney against GOOD's at alpha, bad below it;
-* sequential (short-run style, :class:`~rlbisect.runs.stats.Rule`): Welch against GOOD's runs at
+* sequential (``bench_measured.short_run`` with another :class:`~rlbisect.runs.stats.Rule`): Welch against GOOD's runs at
   k0, k0 + step, ..., cap seeds, bad below alpha / looks, good at p >= the "good" bar, and at the
   cap bad below alpha / 2 (no skip, so no history ends for want of a verdict).
 
@@ -46,20 +46,6 @@ SEQUENTIAL = sorted({(k0, step, k0 * c, a, same)
                      for a in (0.02, 0.01, 0.005) for same in (0.3, 0.5)})
 
 
-def sequential(h: bm.History, k0: int, step: int, cap: int, alpha: float, same_p: float) -> tuple[int | None, int]:
-    rule, good_used = Rule(alpha=alpha, same_p=same_p, k0=k0, step=step, max_seeds=cap), [0]
-
-    def judge(pos: int):
-        for k in rule.schedule():
-            good_used[0] = max(good_used[0], k)
-            v, p = rule.decide([h.run(0, j) for j in range(k)], [h.run(pos, j) for j in range(k)], "lower")
-            if v != "unknown":
-                return v, k
-        return ("bad" if p < alpha / 2 else "good"), k
-    culprit, runs = bm.per_commit(h, judge, 0)
-    return culprit, runs + good_used[0]
-
-
 def score(outcomes: list[tuple[int | None, int]], truth: list[int]) -> tuple[float, float, float]:
     """(share right, share wrong, mean runs)."""
     n = len(truth)
@@ -71,7 +57,7 @@ def score(outcomes: list[tuple[int | None, int]], truth: list[int]) -> tuple[flo
 def settings() -> list[tuple[str, Callable[[bm.History], tuple[int | None, int]]]]:
     out = [(f"fixed x{r} alpha {a:g}", partial(bm.pinpoint, repeats=r, alpha=a)) for r, a in FIXED]
     return out + [(f"sequential {k0}+{s}..{cap} alpha {a:g} good at p {same:g}",
-                   partial(sequential, k0=k0, step=s, cap=cap, alpha=a, same_p=same))
+                   partial(bm.short_run, rule=Rule(alpha=a, same_p=same, k0=k0, step=s, max_seeds=cap), forced=a / 2))
                   for k0, s, cap, a, same in SEQUENTIAL]
 
 
