@@ -9,9 +9,10 @@ and names the cheapest that reaches it.
 
 * fixed repeats (Pinpoint, ``bench_measured.pinpoint``): R runs at every probed commit and at
   GOOD, Mann-Whitney against GOOD's at alpha, bad below it;
-* sequential (``bench_measured.short_run`` with another :class:`~rlbisect.runs.stats.Rule`): Welch against GOOD's runs at
-  k0, k0 + step, ..., cap seeds, bad below alpha / looks, good at p >= the "good" bar, and at the
-  cap bad below alpha / 2 (no skip, so no history ends for want of a verdict).
+* sequential (``bench_measured.short_run`` with another :class:`~rlbisect.runs.stats.Rule`):
+  Welch against GOOD's runs at k0, k0 + step, ..., cap seeds, bad below alpha / looks, good at
+  p >= the "good" bar, and at the cap bad below alpha / 2 (no skip, so no history ends for want
+  of a verdict).
 
 Every setting drives git's bisection over ``bench_measured.py``'s 64-commit histories (unmatched
 seeds, the culprit uniform; the same draws as the measured search). Chosen on the histories they
