@@ -22,7 +22,7 @@ scores them on ``--seed``'s, as a user who picks a setting in advance would. The
 that met the bar are printed with the measured search's runs over theirs.
 
 Usage: python benchmarks/bench_per_commit_best.py [--histories 200] [--rows "normal 1,normal 2"]
-       [--seed 7] [--tune 3] [--verbose]
+       [--seed 7] [--tune 3] [--verbose] [--plot docs/per-commit-best.png]
 """
 
 from __future__ import annotations
@@ -67,22 +67,65 @@ def histories(name: str, seed: int, count: int) -> list[bm.History]:
     return [bm.History(kind, shift, 1000 * i + seed) for i in range(count)]
 
 
-def row(name: str, count: int, seed: int, tune: int, verbose: bool) -> None:
+def plot(points: dict[str, tuple[list[tuple[float, float, float]], tuple[float, float, float]]], path: Path,
+         count: int) -> None:
+    """Per row, every per-commit setting's share right against its mean runs (filled where it meets
+    the bar; on the histories it was chosen on), and the measured search's point."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+    cols = min(len(points), 2)
+    rows = -(-len(points) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(4.6 * cols, 6.0), 3.6 * rows), squeeze=False)
+    for ax, (name, (grid, (mr, _, mruns))) in zip(axes.flat, points.items()):
+        meets = [g for g in grid if g[0] >= RIGHT and g[1] <= WRONG]
+        ax.scatter([g[2] for g in grid], [100 * g[0] for g in grid], s=10, facecolors="none",
+                   edgecolors="grey", label="per-commit setting")
+        ax.scatter([g[2] for g in meets], [100 * g[0] for g in meets], s=12, color="tab:blue",
+                   label=f"... >= {RIGHT:.0%} right, <= {WRONG:.0%} wrong")
+        ax.scatter([mruns], [100 * mr], marker="*", s=160, color="tab:red", label="measured search")
+        if meets:
+            best = min(g[2] for g in meets)
+            ax.axvline(best / 2, color="tab:red", lw=0.8, ls=":")
+            ax.annotate("half the cheapest", (best / 2, 5), fontsize=7, rotation=90, ha="right")
+        ax.axhline(100 * RIGHT, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_xticks([10, 20, 50, 100, 200, 500, 1000])
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_ylim(0, 101)
+        kind, shift = bm.ROWS[name]
+        ax.set_title(f"{'normal' if kind == 'normal' else 'heavy-tailed'} seeds, {shift:g} spread{'s' * (shift != 1)} lower",
+                     fontsize=10)
+        ax.set_xlabel("mean training runs (log)")
+        ax.set_ylabel("right culprit (%)")
+    for ax in list(axes.flat)[len(points):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="center left")
+    fig.suptitle(f"Per-commit settings vs the measured search ({count} histories, {bm.N} commits)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def row(name: str, count: int, seed: int, tune: int, verbose: bool) -> tuple[list, tuple]:
     t0 = time.perf_counter()
     hs = histories(name, seed, count)
     truth = [h.culprit for h in hs]
     print(f"== {name} ({count} histories of {bm.N} commits, seed {seed}; per-commit grid of "
           f"{len(FIXED) + len(SEQUENTIAL)} settings, chosen on {'these histories' if tune == seed else f'seed {tune}'})")
     tuned = hs if tune == seed else histories(name, tune, count)
-    meeting = []
+    meeting, grid = [], []
     for label, run in settings():
         right, wrong, runs = score([run(h) for h in tuned], [h.culprit for h in tuned])
         ok = right >= RIGHT and wrong <= WRONG
+        grid.append((right, wrong, runs))
         meeting += [(runs, label, run)] if ok else []
         if verbose:
             print(f"  {label:48s} {100 * right:5.1f}% right, {100 * wrong:4.1f}% wrong, runs {runs:6.1f}"
                   f"{'  meets the bar' if ok else ''}", flush=True)
-    right, wrong, runs = score([bm.measured(h)[:2] for h in hs], truth)
+    measured = right, wrong, runs = score([bm.measured(h)[:2] for h in hs], truth)
     print(f"  measured search: {100 * right:.1f}% right, {100 * wrong:.1f}% wrong, runs {runs:.1f}")
     if not meeting:
         print(f"  no per-commit setting of the grid reaches {RIGHT:.0%} right and {WRONG:.0%} wrong at most")
@@ -93,6 +136,7 @@ def row(name: str, count: int, seed: int, tune: int, verbose: bool) -> None:
               f"{'' if tune == seed else f' (chosen at {tuned_runs:.1f})'}{'' if held else ' -- misses the bar here'}; "
               f"the measured search {runs / n:.2f}x its runs")
     print(f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
+    return grid, measured
 
 
 def main() -> None:
@@ -104,13 +148,15 @@ def main() -> None:
     p.add_argument("--tune", type=int, default=None, help="choose the per-commit settings on the histories of "
                    "this seed (default: --seed, the per-commit side's best case)")
     p.add_argument("--verbose", action="store_true", help="print every setting of the grid")
+    p.add_argument("--plot", type=Path, help="draw each setting's share right against its runs (PNG)")
     a = p.parse_args()
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in bm.ROWS or r.startswith("spread")]
     if unknown:
         p.error(f"unknown row(s) {unknown}: the rows are mean shifts, of {[r for r in bm.ROWS if not r.startswith('spread')]}")
-    for name in rows:
-        row(name, a.histories, a.seed, a.seed if a.tune is None else a.tune, a.verbose)
+    points = {name: row(name, a.histories, a.seed, a.seed if a.tune is None else a.tune, a.verbose) for name in rows}
+    if a.plot:
+        plot(points, a.plot, a.histories)
 
 
 if __name__ == "__main__":
