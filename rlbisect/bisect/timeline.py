@@ -1,11 +1,29 @@
-"""The bisect as pictures: a timeline of the probes, and the culprit's seeds against GOOD's."""
+"""The bisect as pictures: the probes' timeline and the culprit's seeds, or a noisy search's runs.
+
+A plain bisect draws its probes in order and, for short runs, the culprit's seeds against GOOD's;
+a noisy search (``--flaky``) draws the runs at each commit and the culprit's posterior."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rlbisect.bisect.report import BisectResult, shown_evidence
-from rlbisect.plots import VERDICT_COLOURS, plt, seed_spread
+from rlbisect.errors import Cause
+from rlbisect.plots import FAULTY, HEALTHY, VERDICT_COLOURS, plt, seed_spread
+
+NOISY = ("posterior", "measured")   #: the strategies whose probes are runs, not verdicts
+
+
+def draw(result: BisectResult, path: Path) -> list[tuple[Path, str]]:
+    """``--plot``: the figures for this bisect, each with what it shows (empty for the main one)."""
+    if result.strategy in NOISY:   # a row per run would be hundreds of rows of one colour
+        return [(noisy_runs(result, path), "")]
+    out = [(bisect_timeline(result, path), "")]
+    evidence = path.with_name(path.stem + "-evidence.png")
+    if bisect_evidence(result, evidence):
+        out.append((evidence, "GOOD's seeds vs the first bad commit's and its parent's"))
+    return out
 
 
 def timeline_rows(probes) -> list[int]:
@@ -86,6 +104,8 @@ def bisect_evidence(result: BisectResult, path: str | Path) -> Path | None:
     parents = dict(result.history).get(result.first_bad, ())
     parent = next((p for p in result.probes if p.commit in parents and p.detail), None)
     names = [t["metric"] for t in shown_evidence(culprit.detail)]
+    if not names:   # a measured search's run, or a probe without per-seed scores
+        return None
     shown = []
     for name in names:
         for probe, title in ((parent, "parent"), (culprit, "first bad")):
@@ -94,3 +114,98 @@ def bisect_evidence(result: BisectResult, path: str | Path) -> Path | None:
                 shown.append((f"{title} {probe.commit[:7]}", name, t["good"], t["probe"], t["decides"]))
     return seed_spread(shown, path, labels=("GOOD", "commit"), cols=2 if parent else 1,
                        share_rows=parent is not None)
+
+
+def measured_points(result: BisectResult, metric: str) -> list[tuple[str, float]]:
+    """(commit, value) of every run a measured search used: its own, and the per-seed runs of the
+    per-commit probes it started from (a short-run bisect that switched); a crash is -inf or +inf,
+    whichever is the worst outcome, as the search reads it."""
+    from rlbisect.bisect.predicates.short_run import drawn_runs
+    worst = math.inf if result.extra.get("direction") == "higher" else -math.inf
+    earlier = [p for p in result.probes if p.role == "per-commit"]
+    out = [(c, float(p.values[metric])) for c, p in drawn_runs(earlier, result.good, metric)]
+    for p in result.probes:
+        if p.role == "per-commit" or p.verdict == "skip":
+            continue
+        out.append((p.commit, float(p.values[metric]) if p.cause is Cause.MEASURED else worst))
+    return out
+
+
+def noisy_runs(result: BisectResult, path: str | Path) -> Path:
+    """PNG for a noisy search: above, every run at its commit (a measured search: its value, a crash
+    as an x at the worst edge; a binary one: passes and fails counted); below, the posterior of the
+    likeliest culprits. Commits in history order along x; the first bad commit, when named, splits
+    the runs into its two sides' colours."""
+    order = [sha for sha, _ in result.history] or [result.good, result.bad]
+    pos = {sha: i for i, sha in enumerate(order)}
+    culprit = pos.get(result.first_bad) if result.status == "found" and result.first_bad else None
+    metric = result.extra.get("metric")
+    fig, (top, low) = plt.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.3]},
+                                   figsize=(max(6.0, min(16.0, 0.2 * len(order) + 4)), 5.2))
+
+    def side(i: int) -> str:
+        return "#616161" if culprit is None else HEALTHY if i < culprit else FAULTY
+    runs = len(result.probes)
+    if metric is not None:
+        points = [(pos[c], v) for c, v in measured_points(result, metric) if c in pos]
+        runs = len(points)
+        finite = [v for _, v in points if math.isfinite(v)] or [0.0]
+        lo, hi = min(finite), max(finite)
+        pad = 0.08 * (hi - lo or 1.0)
+        seen: dict[int, int] = {}
+        for x, v in points:
+            seen[x] = seen.get(x, 0) + 1
+            dx = 0.3 * math.sin(seen[x] * 2.4)    # runs at one commit spread sideways, never stacked
+            if math.isfinite(v):
+                top.scatter([x + dx], [v], s=14, color=side(x), alpha=0.75, zorder=3, lw=0)
+            else:
+                top.scatter([x + dx], [lo - pad if v < 0 else hi + pad], marker="x", s=22, color=side(x), zorder=3)
+        sides = result.extra.get("sides") or {}
+        if culprit is not None and sides.get("before", {}).get("runs") and sides.get("after", {}).get("runs"):
+            for (a, b), name in (((-0.5, culprit - 0.5), "before"), ((culprit - 0.5, len(order) - 0.5), "after")):
+                top.hlines(sides[name]["median"], a, b, color=side(0 if name == "before" else culprit),
+                           ls="--", lw=1.2, zorder=2)
+        top.set_ylim(lo - 2 * pad, hi + 2 * pad)
+        top.set_ylabel(f"{metric}, one dot a run", fontsize=8)
+    else:   # binary: each commit's passes stacked on its fails
+        counts = {pos[c]: (sum(p.verdict == "bad" for p in result.probes if p.commit == c),
+                           sum(p.verdict == "good" for p in result.probes if p.commit == c)) for c in pos}
+        xs = sorted(counts)
+        fails, passes = [counts[x][0] for x in xs], [counts[x][1] for x in xs]
+        top.bar(xs, fails, color=VERDICT_COLOURS["bad"], width=0.8, label="failed")
+        top.bar(xs, passes, bottom=fails, color=VERDICT_COLOURS["good"], width=0.8, label="passed")
+        top.legend(fontsize=7, frameon=False, loc="upper left")
+        top.set_ylabel("runs", fontsize=8)
+        top.yaxis.get_major_locator().set_params(integer=True)
+        rates = result.extra.get("rates") or {}
+        if culprit is not None and rates:
+            top.set_title("failure rate before {:.2f}, from the first bad commit on {:.2f}".format(
+                rates["before"]["mean"], rates["after"]["mean"]), fontsize=8)
+    others = []
+    for row in result.extra.get("posterior") or []:
+        if row["commit"] in pos:
+            x = pos[row["commit"]]
+            low.bar([x], [row["p"]], width=0.8, color=side(x))
+        elif row["p"] >= 0.001:
+            others.append(f"{row['commit']}: {row['p']:.3f}")
+    if others:
+        low.text(0.01, 0.93, "; ".join(others), transform=low.transAxes, fontsize=7, va="top")
+    low.set_ylim(0, 1.05)
+    low.set_ylabel("posterior\nof the culprit", fontsize=8)
+    for ax in (top, low):
+        ax.grid(axis="y", alpha=0.3)
+        if culprit is not None:
+            ax.axvline(culprit - 0.5, color=FAULTY, ls=":", lw=1, zorder=1)
+    ticks = sorted({0, len(order) - 1} | ({culprit} if culprit is not None else set()))
+    names = {0: "GOOD", len(order) - 1: "BAD", culprit: "first bad"}
+    low.set_xticks(ticks, [f"{names[t]}\n{order[t][:7]}" for t in ticks], fontsize=7)
+    low.set_xticks(range(len(order)), minor=True)
+    low.set_xlim(-1, len(order))
+    low.set_xlabel("commits, oldest (GOOD) to newest (BAD)", fontsize=8)
+    fig.suptitle(f"{'measured' if metric else 'noisy'} search: {result.status.value}, {runs} runs"
+                 + (f", first bad {result.first_bad[:7]}" if culprit is not None and result.first_bad else ""),
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

@@ -64,7 +64,8 @@ def run_cmd(
     json_path: str = typer.Option(None, "--json", help="write the result as JSON to this file"),
     report_path: str = typer.Option(None, "--report", help="write a markdown report to this file"),
     plot_path: str = typer.Option(None, "--plot", help="write a PNG timeline of the probes to this file "
-                                  "(short-run: also PLOT-evidence.png, the culprit's seeds vs GOOD's)"),
+                                  "(short-run: also PLOT-evidence.png, the culprit's seeds vs GOOD's; "
+                                  "--flaky: the runs at each commit and the culprit's posterior)"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write .git/rlbisect/cache.jsonl"),
     flaky: bool = typer.Option(False, "--flaky", help=doc(B, "flaky") + "; bisects the first-parent chain"),
     per_commit: bool = typer.Option(False, "--per-commit", help=doc(B, "per_commit")),
@@ -107,7 +108,7 @@ def run_cmd(
     """
     from rlbisect.bisect import BisectResult, bisect, make_predicate
     from rlbisect.cli.progress import live_progress
-    from rlbisect.bisect.timeline import bisect_evidence, bisect_timeline
+    from rlbisect.bisect.timeline import draw
     from rlbisect.bisect.terms import parse_terms
     from rlbisect.tinyagent import first_use_note
     if terms is not None and find_fix:
@@ -138,10 +139,8 @@ def run_cmd(
     if outputs["--json"]:
         outputs["--json"].write_text(json.dumps(result.to_json(), indent=2) + "\n")
     if outputs["--plot"]:
-        bisect_timeline(result, outputs["--plot"])
-        evidence = outputs["--plot"].with_name(outputs["--plot"].stem + "-evidence.png")
-        if bisect_evidence(result, evidence):
-            typer.echo(f"wrote {evidence} (GOOD's seeds vs the first bad commit's and its parent's)")
+        for extra_plot, what in draw(result, outputs["--plot"])[1:]:
+            typer.echo(f"wrote {extra_plot} ({what})")
     if outputs["--report"]:
         outputs["--report"].write_text(result.markdown(outputs["--plot"]))
     typer.echo(result.summary())

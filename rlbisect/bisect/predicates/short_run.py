@@ -211,31 +211,9 @@ class ShortRunPredicate(BasePredicate):
         return probe
 
     def drawn(self, records) -> list[tuple[str, Probe]]:
-        """Every run the probes in ``records`` (report records) trained, GOOD's and each probed
-        commit's, read from their per-seed evidence (``detail``), as the measured search's one-run
-        probes (``--metric``'s score, on its seed), for a search that switches to it: runs already
-        paid for, wherever they ran (a remote executor's nodes, an earlier bisect's cache). GOOD's
-        runs, in every record, are read once. A run whose score repeats one with the same seed at
-        another commit stays: the search reads the repeat as such (measured_pairs). A check against
-        the parent is not read: its other side is not GOOD."""
-        metric = self.options.metric or ""
-        seen: set[tuple[str, int]] = set()
-        out = []
-        for rec in records:
-            seeds = rec.detail.get("seeds")
-            sides = [m for m in rec.detail.get("metrics", []) if m.get("metric") == metric]
-            if rec.role == "confirm" or seeds is None or not sides:
-                continue
-            prints = rec.detail.get("prints") or {}   # absent from runs recorded before fingerprints
-            for commit, side in ((self.good, "good"), (rec.commit, "probe")):
-                for seed, value, fp in zip(seeds, sides[0][side], prints.get(side) or [None] * len(seeds)):
-                    if (str(commit), seed) in seen:
-                        continue
-                    seen.add((str(commit), seed))
-                    out.append((str(commit), Probe(Verdict.GOOD, {metric: value, "seed": float(seed)},
-                                                   f"{metric} = {value:.4g} with seed {seed}", 0.0,
-                                                   Cause.MEASURED, detail={"fingerprint": fp} if fp else {})))
-        return out
+        """Every run the probes in ``records`` trained, as the measured search's one-run probes
+        (:func:`drawn_runs`), for a search that switches to it: runs already paid for."""
+        return drawn_runs(records, str(self.good), self.options.metric or "")
 
     def _judge(self, good: dict, probe: dict, seconds: float) -> Decision | Probe:
         """The rule's decision at this look, or the probe it already implies (a metric gone
@@ -294,3 +272,29 @@ PREDICATES.register("short-run", Kind(
     lambda spec: ShortRunPredicate(spec.options, spec.command), ShortRunOptions,
     "matched-seed short training runs against GOOD (your training command after --, or a runner), "
     "judged on the whole dashboard", "command"))
+
+
+def drawn_runs(records, good: str, metric: str) -> list[tuple[str, Probe]]:
+    """Every run the probes in ``records`` (report records) trained, GOOD's and each probed
+    commit's, read from their per-seed evidence (``detail``), as one-run probes scoring ``metric``
+    on their seed (wherever they ran: a remote executor's nodes, an earlier bisect's cache). GOOD's
+    runs, in every record, are read once. A run whose score repeats one with the same seed at
+    another commit stays: the measured search reads the repeat as such (measured_pairs). A check
+    against the parent is not read: its other side is not GOOD."""
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for rec in records:
+        seeds = rec.detail.get("seeds")
+        sides = [m for m in rec.detail.get("metrics", []) if m.get("metric") == metric]
+        if rec.role == "confirm" or seeds is None or not sides:
+            continue
+        prints = rec.detail.get("prints") or {}   # absent from runs recorded before fingerprints
+        for commit, side in ((good, "good"), (rec.commit, "probe")):
+            for seed, value, fp in zip(seeds, sides[0][side], prints.get(side) or [None] * len(seeds)):
+                if (str(commit), seed) in seen:
+                    continue
+                seen.add((str(commit), seed))
+                out.append((str(commit), Probe(Verdict.GOOD, {metric: value, "seed": float(seed)},
+                                               f"{metric} = {value:.4g} with seed {seed}", 0.0,
+                                               Cause.MEASURED, detail={"fingerprint": fp} if fp else {})))
+    return out
