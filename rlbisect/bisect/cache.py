@@ -10,7 +10,7 @@ The key is the *tree* hash (same files => same verdict, whatever the commit mess
 plus a hash of the :func:`identity`: the predicate's own identity (its command, the files it
 names, its options), the interpreter, and the environment the predicate runs in, less the
 variables in :data:`VOLATILE` (a shell's and a terminal's bookkeeping, and how rlbisect itself
-runs). The identity is stored too, so a person can read what produced a line. A file the
+runs), each variable as its name and a digest of its value. The identity is stored too, so a person can read what produced a line. A file the
 predicate reads without naming it cannot be part of the key: ``--verify`` re-runs the answer's
 two commits, which catches a verdict that no longer holds.
 
@@ -52,8 +52,11 @@ VOLATILE_PREFIXES = ("SSH_", "XDG_SESSION", "XDG_VTNR", "DBUS_", "WAYLAND_", "TE
 
 
 def identity(predicate: Predicate) -> str:
-    """The cache identity of ``predicate`` run here: what it is, the interpreter, the environment."""
-    env = {k: v for k, v in probe_env().items() if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES)}
+    """The cache identity of ``predicate`` run here: what it is, the interpreter, the environment
+    (each variable's name and a digest of its value, never the value: the identity is stored in
+    every cache row and written to the JSON and the report, and an environment holds tokens)."""
+    env = {k: hashlib.sha256(f"{k}={v}".encode()).hexdigest()[:16] for k, v in probe_env().items()
+           if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES)}
     return json.dumps({"predicate": predicate.identity(), "python": sys.executable,
                        "python_version": sys.version.split()[0], "env": env}, sort_keys=True)
 

@@ -236,7 +236,7 @@ class BisectResult:
             vals = ", ".join(f"{k}={v:g}" for k, v in list(p.values.items())[:8]) + \
                 (f", ... ({len(p.values) - 8} more in the JSON)" if len(p.values) > 8 else "")
             reason = (f"{p.role}: " if p.role else "") + p.reason + (" (cached)" if p.cached else "")
-            out.append(f"| {p.order} | `{p.commit[:10]}` | {p.term or p.verdict} | {p.seconds:.2f} | {vals} "
+            out.append(f"| {p.order} | `{p.commit[:10]}` | {said(p)} | {p.seconds:.2f} | {vals} "
                        f"| {reason.replace('|', '/')} | {p.subject.replace('|', '/')} |")
         judged = [p for p in self.probes if p.detail.get("metrics")]
         if judged:
@@ -291,10 +291,14 @@ def evidence_lines(detail: dict, limit: int = 3) -> list[str]:
             f"this commit {seeds(t['probe'])}  (p={t['p']:.2g})" for t in shown]
 
 
+def said(rec: ProbeRecord) -> str:
+    """A probe's verdict in words: a fix search's terms, and "ran" for a measured run (a number)."""
+    return "ran" if rec.cause is Cause.MEASURED and rec.verdict is Verdict.GOOD else rec.term or rec.verdict
+
+
 def probe_line(rec: ProbeRecord) -> str:
     """One line per probe: order, short sha, verdict, seconds, subject, reason."""
     extra = ([f"{rec.role}"] if rec.role else []) + ([rec.reason] if rec.reason else []) + ["cached"] * rec.cached
     tail = f"  ({'; '.join(extra)})" if extra else ""
-    said = "ran" if rec.cause is Cause.MEASURED and rec.verdict is Verdict.GOOD else rec.term or rec.verdict
-    return (f"[{rec.order}] {rec.commit[:10]}  {said:<5} {rec.seconds:7.2f}s  "
+    return (f"[{rec.order}] {rec.commit[:10]}  {said(rec):<5} {rec.seconds:7.2f}s  "
             f"{rec.subject}{tail}")

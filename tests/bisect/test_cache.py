@@ -168,7 +168,22 @@ def test_the_environment_is_part_of_the_identity_shell_bookkeeping_is_not(tiny_r
     monkeypatch.setenv("OLDPWD", "/elsewhere")
     _, _, again = run_cli(spec + LIMIT_CMD)
     assert again["first_bad"] == r.shas[6] and all(p["cached"] for p in again["probes"] if p["role"] != "verify")
-    assert again["predicate"]["env"]["LIMIT"] == "6"          # the identity is a JSON object, readable
+    env = again["predicate"]["env"]             # the identity is a JSON object, readable: which variable
+    assert env["LIMIT"] == six["predicate"]["env"]["LIMIT"] != ten["predicate"]["env"]["LIMIT"]
+    assert "SHLVL" not in env
+
+
+def test_no_value_of_the_environment_is_written_anywhere(tiny_repo, run_cli, monkeypatch, tmp_path):
+    # the identity goes into every cache row, the JSON and the report: a token must not
+    r = tiny_repo(["good"] * 3 + ["bad"] * 3)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value_123")
+    report = tmp_path / "r.md"
+    code, _, data = run_cli(["main~5..main", "--repo", str(r.path), "--report", str(report), "--",
+                             "sh", "-c", 'test "$(cat n)" -lt 3'])
+    assert code == 0 and "HF_TOKEN" in data["predicate"]["env"]
+    cache = r.path / ".git" / "rlbisect" / "cache.jsonl"
+    for text in (json.dumps(data), report.read_text(), cache.read_text()):
+        assert "HF_TOKEN" in text and "hf_secret_value_123" not in text
 
 
 def test_a_file_the_predicate_reads_without_naming_it_is_caught_by_verify(tiny_repo, run_cli, tmp_path):
