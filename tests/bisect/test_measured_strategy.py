@@ -70,6 +70,16 @@ def test_the_command_line_answers_and_plots_the_runs(history, run_cli, tmp_path)
     assert len(table) == len(data["probes"]) and all(" | ran | " in ln for ln in table)   # numbers, not verdicts
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_metric_the_runs_do_not_log_stops_the_search_at_once(history, jobs):
+    # a round's runs take different seeds, and a reason naming its seed hid that every run said the same
+    root, shas = history
+    pred = make_predicate("short-run", command=COMMAND, options={"metric": "rewrd", "direction": "lower"})
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", pred, BisectOptions(flaky=True, use_cache=False, jobs=jobs))
+    assert res.status is Status.AMBIGUOUS and len(res.probes) == 3 + (jobs > 1) and res.first_bad is None
+    assert "'rewrd' is not in the run's rows (have: reward, step)" in res.message and "cannot run here" in res.message
+
+
 def test_recorded_runs_are_evidence_for_the_next_search(history):
     root, shas = history
     first = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True))

@@ -80,8 +80,8 @@ class SeededRun:
         try:
             value = score(runs, metric, window)
         except KeyError as e:
-            return Probe(Verdict.SKIP, {"seed": float(self.seed)}, f"with seed {self.seed}: {e.args[0]}",
-                         seconds, Cause.CANNOT_RUN)
+            # the reason names no seed: one reason at every run is how a bisect sees it cannot run here
+            return Probe(Verdict.SKIP, {"seed": float(self.seed)}, e.args[0], seconds, Cause.CANNOT_RUN)
         shown = f"{value:.4g}" if math.isfinite(value) else f"{value} (the worst outcome)"
         return Probe(Verdict.GOOD, {metric: value, "seed": float(self.seed)},
                      f"{metric} = {shown} with seed {self.seed}", seconds, Cause.MEASURED,
