@@ -145,48 +145,15 @@ def noisy_runs(result: BisectResult, path: str | Path) -> Path:
 
     def side(i: int) -> str:
         return "#616161" if culprit is None else HEALTHY if i < culprit else FAULTY
-    runs = len(result.probes)
     if metric is not None:
-        points = [(pos[c], v) for c, v in measured_points(result, metric) if c in pos]
-        runs = len(points)
-        finite = [v for _, v in points if math.isfinite(v)] or [0.0]
-        lo, hi = min(finite), max(finite)
-        pad = 0.08 * (hi - lo or 1.0)
-        seen: dict[int, int] = {}
-        for x, v in points:
-            seen[x] = seen.get(x, 0) + 1
-            dx = 0.3 * math.sin(seen[x] * 2.4)    # runs at one commit spread sideways, never stacked
-            if math.isfinite(v):
-                top.scatter([x + dx], [v], s=14, color=side(x), alpha=0.75, zorder=3, lw=0)
-            else:
-                top.scatter([x + dx], [lo - pad if v < 0 else hi + pad], marker="x", s=22, color=side(x), zorder=3)
-        sides = result.extra.get("sides") or {}
-        if culprit is not None and sides.get("before", {}).get("runs") and sides.get("after", {}).get("runs"):
-            for (a, b), name in (((-0.5, culprit - 0.5), "before"), ((culprit - 0.5, len(order) - 0.5), "after")):
-                top.hlines(sides[name]["median"], a, b, color=side(0 if name == "before" else culprit),
-                           ls="--", lw=1.2, zorder=2)
-        top.set_ylim(lo - 2 * pad, hi + 2 * pad)
-        top.set_ylabel(f"{metric}, one dot a run", fontsize=8)
-    else:   # binary: each commit's passes stacked on its fails
-        counts = {pos[c]: (sum(p.verdict == "bad" for p in result.probes if p.commit == c),
-                           sum(p.verdict == "good" for p in result.probes if p.commit == c)) for c in pos}
-        xs = sorted(counts)
-        fails, passes = [counts[x][0] for x in xs], [counts[x][1] for x in xs]
-        top.bar(xs, fails, color=VERDICT_COLOURS["bad"], width=0.8, label="failed")
-        top.bar(xs, passes, bottom=fails, color=VERDICT_COLOURS["good"], width=0.8, label="passed")
-        top.legend(fontsize=7, frameon=False, loc="upper left")
-        top.set_ylabel("runs", fontsize=8)
-        top.yaxis.get_major_locator().set_params(integer=True)
-        rates = result.extra.get("rates") or {}
-        if culprit is not None and rates:
-            top.set_title("failure rate before {:.2f}, from the first bad commit on {:.2f}".format(
-                rates["before"]["mean"], rates["after"]["mean"]), fontsize=8)
+        runs = _values_panel(top, result, metric, pos, side, culprit)
+    else:
+        runs = _counts_panel(top, result, pos, culprit)
     others = []
     for row in result.extra.get("posterior") or []:
         if row["commit"] in pos:
-            x = pos[row["commit"]]
-            low.bar([x], [row["p"]], width=0.8, color=side(x))
-        elif row["p"] >= 0.001:
+            low.bar([pos[row["commit"]]], [row["p"]], width=0.8, color=side(pos[row["commit"]]))
+        elif row["p"] >= 0.001:   # "nothing changed", "GOOD already bad": answers, not commits
             others.append(f"{row['commit']}: {row['p']:.3f}")
     if others:
         low.text(0.01, 0.93, "; ".join(others), transform=low.transAxes, fontsize=7, va="top")
@@ -203,9 +170,49 @@ def noisy_runs(result: BisectResult, path: str | Path) -> Path:
     low.set_xlim(-1, len(order))
     low.set_xlabel("commits, oldest (GOOD) to newest (BAD)", fontsize=8)
     fig.suptitle(f"{'measured' if metric else 'noisy'} search: {result.status.value}, {runs} runs"
-                 + (f", first bad {result.first_bad[:7]}" if culprit is not None and result.first_bad else ""),
-                 fontsize=9)
+                 + (f", first bad {order[culprit][:7]}" if culprit is not None else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
+
+
+def _values_panel(ax, result: BisectResult, metric: str, pos: dict, side, culprit: int | None) -> int:
+    """Each run's value at its commit, each side's median dashed; the number of runs drawn."""
+    points = [(pos[c], v) for c, v in measured_points(result, metric) if c in pos]
+    finite = [v for _, v in points if math.isfinite(v)] or [0.0]
+    lo, hi = min(finite), max(finite)
+    pad = 0.08 * (hi - lo or 1.0)
+    seen: dict[int, int] = {}
+    for x, v in points:
+        seen[x] = seen.get(x, 0) + 1
+        dx = 0.3 * math.sin(seen[x] * 2.4)    # runs at one commit spread sideways, never stacked
+        if math.isfinite(v):
+            ax.scatter([x + dx], [v], s=14, color=side(x), alpha=0.75, zorder=3, lw=0)
+        else:
+            ax.scatter([x + dx], [lo - pad if v < 0 else hi + pad], marker="x", s=22, color=side(x), zorder=3)
+    sides = result.extra.get("sides") or {}
+    if culprit is not None and all(sides.get(k, {}).get("runs") for k in ("before", "after")):
+        ax.hlines(sides["before"]["median"], -0.5, culprit - 0.5, color=side(0), ls="--", lw=1.2, zorder=2)
+        ax.hlines(sides["after"]["median"], culprit - 0.5, len(pos) - 0.5, color=side(culprit), ls="--",
+                  lw=1.2, zorder=2)
+    ax.set_ylim(lo - 2 * pad, hi + 2 * pad)
+    ax.set_ylabel(f"{metric}, one dot a run", fontsize=8)
+    return len(points)
+
+
+def _counts_panel(ax, result: BisectResult, pos: dict, culprit: int | None) -> int:
+    """Each commit's passes stacked on its fails, and the two sides' failure rates; the runs."""
+    xs = sorted({pos[p.commit] for p in result.probes if p.commit in pos})
+    at = {x: [p.verdict for p in result.probes if pos.get(p.commit) == x] for x in xs}
+    fails, passes = [at[x].count("bad") for x in xs], [at[x].count("good") for x in xs]
+    ax.bar(xs, fails, color=VERDICT_COLOURS["bad"], width=0.8, label="failed")
+    ax.bar(xs, passes, bottom=fails, color=VERDICT_COLOURS["good"], width=0.8, label="passed")
+    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    ax.set_ylabel("runs", fontsize=8)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    rates = result.extra.get("rates") or {}
+    if culprit is not None and rates:
+        ax.set_title(f"failure rate before {rates['before']['mean']:.2f}, from the first bad commit on "
+                     f"{rates['after']['mean']:.2f}", fontsize=8)
+    return len(result.probes)
