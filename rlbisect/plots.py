@@ -27,8 +27,11 @@ def load_runs(paths: list[str]) -> dict[str, list[dict]]:
     for path in map(Path, paths):
         try:
             rows[path] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        except (OSError, ValueError) as e:
-            raise InputError(f"{path}: {e}".splitlines()[0]) from None
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror or e}") from None
+        except ValueError as e:   # a CSV, a log: say what the file should be, not only where JSON broke
+            raise InputError(f"{path}: not a run written by `rlbisect train --out` (JSON lines): "
+                             f"{e}".splitlines()[0]) from None
         if not rows[path] or "reward" not in rows[path][0]:
             raise InputError(f"{path}: not a run written by `rlbisect train --out` (no reward column)")
     depth = 1
