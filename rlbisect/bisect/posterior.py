@@ -95,11 +95,13 @@ class Posterior(Strategy):
             return Conclusion(Status.FOUND, sha, [sha], f"posterior {d.p:.3f} >= {self.confidence}",
                               extra)
         if d.status == "no_regression":
-            return Conclusion(Status.BAD_PASSES, message=f"BAD passes the predicate as often as GOOD "
-                              f"(posterior {d.p:.3f} that no commit in the range changed it): "
-                              "nothing to bisect", extra=extra)
+            # "at least": a commit that made it fail less often (a fix, in a regression search) is
+            # no step of this model, and its runs read as no change
+            return Conclusion(Status.BAD_PASSES, message=f"BAD passes the predicate at least as often as "
+                              f"GOOD (posterior {d.p:.3f} that no commit in the range made it fail more "
+                              "often): nothing to bisect", extra=extra)
         if d.status == "good_fails":
-            return Conclusion(Status.GOOD_FAILS, message=f"GOOD fails the predicate as often as BAD "
+            return Conclusion(Status.GOOD_FAILS, message=f"GOOD fails the predicate at least as often as BAD "
                               f"(posterior {d.p:.3f}): the regression is older than the range, or "
                               "the predicate is broken", extra=extra)
         cands = [self.order[k] for k in d.candidates if 0 < k < len(self.order)]

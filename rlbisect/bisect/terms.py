@@ -89,8 +89,9 @@ def invert(probe: Probe) -> Probe:
 
 
 #: How a regression search's words read in a fix search (OLD and NEW are the user's terms).
-_REWORDED = (("BAD passes the predicate as often as GOOD", "NEW fails the predicate as often as OLD"),
-             ("GOOD fails the predicate as often as BAD", "OLD passes the predicate as often as NEW"),
+_REWORDED = (("BAD passes the predicate at least as often as GOOD", "NEW fails the predicate at least as often as OLD"),
+             ("GOOD fails the predicate at least as often as BAD", "OLD passes the predicate at least as often as NEW"),
+             ("made it fail more often", "made it pass more often"),
              ("BAD passes the predicate", "NEW still fails the predicate"),
              ("GOOD fails the predicate", "OLD already passes the predicate"),
              ("the predicate is probably broken", "the predicate probably does not show the bug"),

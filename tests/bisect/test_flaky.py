@@ -185,6 +185,16 @@ def test_a_range_where_nothing_changed_says_so_rather_than_list_only_commits(tin
     assert "runs failed at GOOD" in out and "exit_code = " not in out   # counts, not one run
 
 
+def test_a_fix_inside_a_regression_search_is_no_regression_at_least_as_often(tiny_repo, run_cli, tmp_path):
+    # GOOD's side fails 70% of the time, BAD's 10%: the predicate got better, which the model has no
+    # step for; the answer must not say BAD passes "as often" as GOOD
+    r = tiny_repo(["good"] * 6 + ["bad"] * 6)
+    code, out, data = run_cli(["main~11..main", "--repo", str(r.path), "--flaky", "--",
+                               *flaky_cmd(tmp_path / "c", 3, 700, 900)])
+    assert code in (5, 6) and data["first_bad"] is None, out
+    assert "at least as often as" in data["message"]
+
+
 def test_only_skipped_commits_left_exits_3_like_git(tiny_repo, run_cli, state_cmd, tmp_path):
     r = tiny_repo(["good", "good", "skip", "skip", "skip", "bad", "bad"])
     code, out, data = run_cli(["main~6..main", "--repo", str(r.path), "--flaky", "--",
