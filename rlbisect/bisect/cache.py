@@ -10,9 +10,10 @@ The key is the *tree* hash (same files => same verdict, whatever the commit mess
 plus a hash of the :func:`identity`: the predicate's own identity (its command, the files it
 names, its options), the interpreter, and the environment the predicate runs in, less the
 variables in :data:`VOLATILE` (a shell's and a terminal's bookkeeping, and how rlbisect itself
-runs), each variable as its name and a digest of its value. The identity is stored too, so a person can read what produced a line. A file the
-predicate reads without naming it cannot be part of the key: ``--verify`` re-runs the answer's
-two commits, which catches a verdict that no longer holds.
+runs), each variable as its name and a digest of its value. The identity is stored too, so a
+person can read what produced a line. A file the predicate reads without naming it cannot be part
+of the key: ``--verify`` re-runs the answer's two commits, which catches a verdict that no longer
+holds.
 
 Every row is kept. When the rows of one key disagree (a flaky predicate, or something outside
 the key changed), the cache recalls nothing for it: the commit is probed again and the report says

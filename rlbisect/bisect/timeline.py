@@ -125,7 +125,7 @@ def measured_points(result: BisectResult, metric: str) -> list[tuple[str, float]
     earlier = [p for p in result.probes if p.role == "per-commit"]
     out = [(c, float(p.values[metric])) for c, p in drawn_runs(earlier, result.good, metric)]
     for p in result.probes:
-        if p.role == "per-commit" or p.verdict == "skip":
+        if p.role == "per-commit" or p.verdict in ("skip", "abort"):
             continue
         out.append((p.commit, float(p.values[metric]) if p.cause is Cause.MEASURED else worst))
     return out

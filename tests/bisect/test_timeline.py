@@ -38,7 +38,7 @@ def test_the_measured_figure_shows_every_run_the_search_used_crashes_at_the_wors
     per_commit = probe(SHAS[2], cause=Cause.FAILED, role="per-commit", seeds=3.0)
     per_commit.detail = {"seeds": [0, 1], "metrics": [{"metric": "reward", "good": [1.1, 0.9], "probe": [1.0, 1.2]}]}
     runs = [per_commit, probe(SHAS[4], reward=-1.0, seed=0.0), probe(SHAS[5], "bad", Cause.RAISED),
-            probe(SHAS[1], "skip", Cause.CANNOT_RUN)]
+            probe(SHAS[1], "skip", Cause.CANNOT_RUN), probe(SHAS[3], "abort", Cause.EXIT_CODE)]
     points = measured_points(measured_result(runs), "reward")
     assert points == [(SHAS[0], 1.1), (SHAS[0], 0.9), (SHAS[2], 1.0), (SHAS[2], 1.2), (SHAS[4], -1.0),
                       (SHAS[5], -math.inf)]
