@@ -228,8 +228,7 @@ class BisectResult:
         if self.extra.get("posterior"):
             out += ["## Posterior of the first bad commit (--flaky)", ""]
             out += [f"- `{r['commit']}` {r['p']:.3f}" for r in self.extra["posterior"]] + [""]
-        if plot is not None:
-            out += [f"![bisect timeline]({plot.name})", ""]
+        out += [f"![what the bisect ran]({plot.name})", ""] if plot is not None else []
         out += ["## Probes", "", "| # | commit | verdict | seconds | values | reason | subject |",
                 "|---|---|---|---|---|---|---|"]
         for p in self.probes:
@@ -283,12 +282,10 @@ def shown_evidence(detail: dict, limit: int = 3) -> list[dict]:
 
 def evidence_lines(detail: dict, limit: int = 3) -> list[str]:
     """Per-seed values of the metrics that decided a short-run probe (else the most-moved one)."""
-    shown = shown_evidence(detail, limit)
-
     def seeds(xs: list[float]) -> str:
         return " ".join(f"{x:.4g}" for x in xs)
     return [f"{t['metric']}{' (decides)' if t.get('decides') else ''}: GOOD {seeds(t['good'])} | "
-            f"this commit {seeds(t['probe'])}  (p={t['p']:.2g})" for t in shown]
+            f"this commit {seeds(t['probe'])}  (p={t['p']:.2g})" for t in shown_evidence(detail, limit)]
 
 
 def said(rec: ProbeRecord) -> str:
@@ -298,7 +295,6 @@ def said(rec: ProbeRecord) -> str:
 
 def probe_line(rec: ProbeRecord) -> str:
     """One line per probe: order, short sha, verdict, seconds, subject, reason."""
-    extra = ([f"{rec.role}"] if rec.role else []) + ([rec.reason] if rec.reason else []) + ["cached"] * rec.cached
+    extra = [x for x in (rec.role, rec.reason) if x] + ["cached"] * rec.cached
     tail = f"  ({'; '.join(extra)})" if extra else ""
-    return (f"[{rec.order}] {rec.commit[:10]}  {said(rec):<5} {rec.seconds:7.2f}s  "
-            f"{rec.subject}{tail}")
+    return f"[{rec.order}] {rec.commit[:10]}  {said(rec):<5} {rec.seconds:7.2f}s  {rec.subject}{tail}"
