@@ -63,7 +63,7 @@ def test_the_command_line_answers_and_plots_the_runs(history, run_cli, tmp_path)
     png, md = tmp_path / "runs.png", tmp_path / "report.md"
     code, out, data = run_cli([f"{shas[0]}..{shas[-1]}", "--repo", str(root), "--flaky", "--predicate", "short-run",
                                "--metric", "reward", "--direction", "lower", "--plot", str(png), "--report", str(md),
-                               "--", *COMMAND])
+                               "--no-cache", "--", *COMMAND])   # the module's history: its cache is another test's
     assert code == 0 and data["first_bad"] == shas[8] and "is the first bad commit" in out, out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "runs-evidence.png").exists()
     table = [ln for ln in md.read_text().splitlines() if ln.startswith("| ") and "`" in ln]
