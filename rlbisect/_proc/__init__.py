@@ -6,5 +6,6 @@
 - ``client``    the caller's side: hand a check or a probe to a server, or run it here
 - ``identity``  when a server's fork is the process the caller would have started
 - ``signals``   SIGINT/SIGTERM/SIGHUP during a bisect: a flag, never a half-run git command
+- ``tempdirs``  our temporary directories, marked, and the sweep of those a killed run left
 - ``startup``, ``forked``, ``quiet``: start-up cost, forked ``--matrix`` rows, stdout kept clean
 """

@@ -28,6 +28,7 @@ from typing import Sequence
 
 from rlbisect._proc import identity as ident
 from rlbisect._proc.identity import WarmError
+from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect._proc.worker import Reply, read_reply
 from rlbisect._proc.runner import (STOP, Completed, Watchdog, output_files, run, signal_group,
                                    supervise, tail_of)
@@ -190,7 +191,7 @@ class _Private:
                 cls.proc, cls.path, cls.owner = None, None, os.getpid()
                 atexit.register(close_private)
             cls.failed = True
-            cls.path = Path(tempfile.mkdtemp(prefix=f"rlbisect-{os.getpid()}-server-")) / "fork.sock"
+            cls.path = owned_tempdir("server") / "fork.sock"
             try:
                 cls.proc = subprocess.Popen(
                     [sys.executable, "-I", "-m", SERVER, "--socket", str(cls.path), "--idle", "3600",

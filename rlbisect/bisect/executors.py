@@ -28,7 +28,6 @@ import dataclasses
 import os
 import shutil
 import sys
-import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlbisect._proc.runner import KILL_GRACE, STOP
+from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect.bisect.predicates import Predicate, Probe
 
 from rlbisect.errors import Cause, GitError, InputError, Verdict
@@ -263,7 +263,7 @@ def make_executor(options) -> Executor:
 def _probe_on_node(commit: str, spec: dict, predicate: Predicate, timeout: float | None) -> dict:
     """The Ray task: check out, probe, clean up; returns the Probe as a plain dict."""
     STOP.clear()   # a reused worker process may still hold the flag of a cancelled task
-    tmp = Path(tempfile.mkdtemp(prefix=f"rlbisect-{os.getpid()}-node-"))
+    tmp = owned_tempdir("node")
     box: list[Probe] = []
 
     def work() -> Probe:

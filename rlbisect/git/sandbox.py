@@ -13,8 +13,8 @@ Submodules are checked out in each probe from the user's own clones of them
 (``.git/modules/<name>``), at the commit the probe's tree records; when a recorded commit is not
 available locally the probe is a skip that says so (:class:`CheckoutError`).
 
-Our temporary directories are named ``rlbisect-<pid>-*``: a run killed with SIGKILL leaves one
-behind and the next run removes it (:func:`sweep_stale`).
+Our temporary directories are named ``rlbisect-<pid>-*`` and marked as ours: a run killed with
+SIGKILL leaves one behind and the next run removes it (:mod:`rlbisect._proc.tempdirs`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rlbisect._proc.tempdirs import owned_tempdir, sweep_stale
 from rlbisect.errors import GitError
 from rlbisect.git.repo import Repo, git, git_status
 
@@ -94,7 +94,7 @@ class Sandbox:
     def __init__(self, repo: Repo):
         sweep_stale()
         self.repo = repo
-        self.tmp = Path(tempfile.mkdtemp(prefix=f"rlbisect-{os.getpid()}-"))
+        self.tmp = owned_tempdir()
         try:
             (self.tmp / "no-hooks").mkdir()
             self.private = self.tmp / "repo"
@@ -241,20 +241,3 @@ def node_checkout(repo_path: str, clone_url: str | None, commit: str, dest: Path
         raise GitError(f"no commit {commit[:12]} in {clone_url or repo_path}{hint}")
     _checkout_submodules(dest, commit, modules, root)
     return dest
-
-
-def sweep_stale() -> None:
-    """Remove the temporary directories of rlbisect runs that died without cleaning up."""
-    for tmp in Path(tempfile.gettempdir()).glob("rlbisect-*-*"):
-        m = re.match(r"rlbisect-(\d+)-", tmp.name)
-        if not m or int(m[1]) == os.getpid() or not tmp.is_dir():
-            continue
-        try:
-            if tmp.stat().st_uid != os.getuid():
-                continue
-            os.kill(int(m[1]), 0)
-            continue   # still running (or not ours to judge)
-        except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        except (PermissionError, OSError):
-            continue

@@ -5,13 +5,12 @@ It shows the culprit, its diff and what moved. The only rlbisect module that imp
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, cast
 
+from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect.bisect import BisectOptions, BisectResult, Progress, bisect, make_predicate
 from rlbisect.errors import InputError, Interrupted
 from rlbisect.git.repo import Repo
@@ -51,7 +50,7 @@ def _history(keep: Path | None, fault: str, commits: int, bad_at: int):
         if not same:
             raise InputError(f"--keep {keep} is not empty and does not hold this demo's history")
         return found, True
-    where = keep or Path(tempfile.mkdtemp(prefix=f"rlbisect-{os.getpid()}-demo-")) / "tinyagent"
+    where = keep or owned_tempdir("demo") / "tinyagent"
     try:
         history = build_history(where, fault, commits, bad_at)
     except ValueError as e:

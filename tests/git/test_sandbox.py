@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 from helpers import git, install_hooks, submodule_repo
 
 from rlbisect.errors import GitError
 from rlbisect.git.repo import Repo
-from rlbisect.git.sandbox import CheckoutError, Sandbox, parse_bisect_output, sweep_stale
+from rlbisect.git.sandbox import CheckoutError, Sandbox, parse_bisect_output
 
 
 def test_bisect_state_lives_in_the_private_repository_only(tiny_repo):
@@ -128,14 +125,3 @@ def test_a_submodule_commit_not_available_locally_is_a_clear_error(tmp_path):
             sb.checkout(head)
 
 
-def test_the_next_run_removes_what_a_killed_run_left(tmp_path):
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    stale = Path(tempfile.gettempdir()) / f"rlbisect-{dead.pid}-stale"
-    live = Path(tempfile.gettempdir()) / f"rlbisect-{os.getppid()}-live"
-    for d in (stale, live):
-        (d / "repo").mkdir(parents=True)
-    sweep_stale()
-    assert not stale.exists() and live.exists()
-    live.joinpath("repo").rmdir()
-    live.rmdir()

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from rlbisect._proc.client import ask
 from rlbisect._proc.runner import run
+from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect._proc.worker import CannotRun, Reply, first_line, worker_main
 from rlbisect.bisect.predicates import PredicateError, Probe, from_worker, stopped, tail
 from rlbisect.bisect.predicates.command import file_digests, missing_here
@@ -69,7 +69,7 @@ class CommandRunner:
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
         got = Runs()
         for seed in seeds:
-            out = Path(tempfile.mkdtemp(prefix=f"rlbisect-{os.getpid()}-run-"))
+            out = owned_tempdir("run")
             try:
                 rows, failure, seconds = self._one(worktree, seed, steps, out, timeout)
             finally:
