@@ -53,6 +53,7 @@ class GitState:
     commit: str | None = None       # git's pick (status next)
     first_bad: str | None = None
     candidates: list[str] = field(default_factory=list)
+    merge_base: bool = False        # git will not go on until ``commit`` (a merge base) is marked
 
 
 class GitView(Protocol):
@@ -63,6 +64,7 @@ class GitView(Protocol):
     commit: str | None
     first_bad: str | None
     candidates: list[str]
+    merge_base: bool
 
 
 class Strategy(ABC):
@@ -130,6 +132,7 @@ class GitChoice(Strategy):
         super().start(history, good, bad, first_parent)
         self.mirror = BisectState(dict(history), {good}, bad, first_parent)
         self.seen: dict[str, list[Verdict]] = {}     # every verdict, endpoints included
+        self.asked: str | None = None                 # a merge base git insists on
 
     def _said(self, verdict: Verdict, commits: Sequence[str] | None = None) -> bool:
         return any(verdict in vs for c, vs in self.seen.items() if commits is None or c in commits)
@@ -152,7 +155,9 @@ class GitChoice(Strategy):
         if self.confirm_up_front and not self.seen:
             return [self.good, self.bad]
         if git.status == "next" and git.commit is not None:
-            return self.picks(git.commit)
+            # a merge base git asks for is marked before git goes on, though no candidate of ours
+            self.asked = git.commit if git.merge_base else None
+            return [git.commit] if git.merge_base else self.picks(git.commit)
         return self._unconfirmed()
 
     def picks(self, git_next: str) -> list[str]:
@@ -171,6 +176,8 @@ class GitChoice(Strategy):
         for c, v in ranked:
             if c in set(self.mirror.candidates()) and c != self.mirror.bad:
                 self.mirror.mark(c, v)
+                marks.append((c, v))
+            elif c == self.asked:
                 marks.append((c, v))
             else:
                 self.dropped.append(c)

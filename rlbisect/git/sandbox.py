@@ -70,6 +70,7 @@ class Step:
     first_bad: str | None = None    # status "found"
     candidates: list[str] = field(default_factory=list)  # possible first bad commits
     remaining: int | None = None    # git: "N revisions left to test after this"
+    merge_base: bool = False        # git insists on ``commit``: a merge base of BAD and a good mark
 
 
 def parse_bisect_output(status: int, out: str, err: str) -> Step:
@@ -84,6 +85,8 @@ def parse_bisect_output(status: int, out: str, err: str) -> Step:
     left = re.search(r"Bisecting: (\d+) revisions? left", text)
     if status == 0 and left:
         return Step("next", remaining=int(left[1]))
+    if status == 0 and "Bisecting: a merge base must be tested" in text:
+        return Step("next", merge_base=True)
     lines = (err or out).strip().splitlines()
     raise GitError(f"git bisect: {lines[-1] if lines else f'exit status {status}'}")
 

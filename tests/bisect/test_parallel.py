@@ -271,3 +271,19 @@ def test_a_signal_during_a_parallel_round_cleans_up(tiny_repo, tmp_path, sig, co
     assert partial["status"] == "interrupted" and partial["n_probes"] == 0
     assert all(live_members(g, settle=3.0) == [] for g in groups)
     assert_clean(r, before, proc.pid)
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_a_merge_base_git_asks_for_is_tested_and_marked(tiny_repo, run_cli, state_cmd, tmp_path, jobs):
+    # a side branch off m2, merged at the end; the fault at m4 on the mainline. A round that marks
+    # side commits good makes git ask for their merge base with BAD (m2) before it goes on: that
+    # answer ("a merge base must be tested") ended the bisect with exit 1 and no result
+    parents = [[], [0], [1]] + [[i - 1] for i in range(3, 11)] + [[2]] + [[i - 1] for i in range(12, 17)] + [[16, 10]]
+    states = ["good"] * 12 + ["bad"] * 6
+    r = tiny_repo(states, parents)
+    before = r.snapshot()
+    code, out, data = run_cli([f"{r.shas[0]}..{r.shas[-1]}", "--repo", str(r.path), "--no-cache", "--jobs", str(jobs),
+                               "--", *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[12], out
+    assert replay(r.path, data["bisect_log"], tmp_path) == (r.shas[12], {r.shas[12]})
+    assert_clean(r, before, os.getpid())
