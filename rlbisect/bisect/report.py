@@ -212,7 +212,7 @@ class BisectResult:
         return "\n".join(lines)
 
     def markdown(self, plot: Path | None = None) -> str:
-        """A markdown report: result, every probe (with its output), the replayable log."""
+        """A markdown report: result, probes and outputs, the log; ``plot``: from the report's folder."""
         out = [f"# rlbisect: {self.good[:10]}..{self.bad[:10]}", "",
                f"- status: **{self.status}** (exit {self.exit_code})",
                f"- predicate: `{self.predicate}`", f"- search: {self.strategy}",
@@ -228,7 +228,7 @@ class BisectResult:
         if self.extra.get("posterior"):
             out += ["## Posterior of the first bad commit (--flaky)", ""]
             out += [f"- `{r['commit']}` {r['p']:.3f}" for r in self.extra["posterior"]] + [""]
-        out += [f"![what the bisect ran]({plot.name})", ""] if plot is not None else []
+        out += [f"![what the bisect ran]({plot.as_posix()})", ""] if plot is not None else []
         out += ["## Probes", "", "| # | commit | verdict | seconds | values | reason | subject |",
                 "|---|---|---|---|---|---|---|"]
         for p in self.probes:

@@ -62,7 +62,7 @@ def check_cmd(
     from rlbisect.tinyagent import first_use_note
     if (plot or jobs) and not matrix:
         raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")
-    plot_out, spec = output_path(plot, "--plot"), adapter or DEFAULT_ADAPTER
+    plot_out, spec = output_path(plot, "--plot", figure=True), adapter or DEFAULT_ADAPTER
     seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt)
     limits = Thresholds.named(thresholds)
     only = select_checks(checks) if checks else None

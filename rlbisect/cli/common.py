@@ -17,16 +17,21 @@ def doc(model, name: str) -> str:
     return model.model_fields[name].description or ""
 
 
-@overload
-def output_path(path: str, flag: str) -> Path: ...
-@overload
-def output_path(path: str | None, flag: str) -> Path | None: ...
+#: what a figure may be saved as (matplotlib's writers that need nothing more installed)
+FIGURES = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif", ".tiff")
 
 
-def output_path(path: str | None, flag: str) -> Path | None:
+@overload
+def output_path(path: str, flag: str, figure: bool = False) -> Path: ...
+@overload
+def output_path(path: str | None, flag: str, figure: bool = False) -> Path | None: ...
+
+
+def output_path(path: str | None, flag: str, figure: bool = False) -> Path | None:
     """A file we will write: it must be writable now, before any work (a typo costs nothing).
     An existing file is opened for appending, which writes nothing but fails where a write
-    would (``/proc/version``, a read-only file); a new one must have a writable folder."""
+    would (``/proc/version``, a read-only file); a new one must have a writable folder. A
+    ``figure`` needs an extension matplotlib writes (it raised only after the work)."""
     if path is None:
         return None
     p = Path(path).expanduser()
@@ -34,6 +39,8 @@ def output_path(path: str | None, flag: str) -> Path | None:
         raise InputError(f"{flag} {path}: is a directory, give a file name")
     if not p.parent.is_dir():
         raise InputError(f"{flag} {path}: folder {p.parent} does not exist")
+    if figure and p.suffix.lower() not in FIGURES:
+        raise InputError(f"{flag} {path}: a figure needs one of the extensions {' '.join(FIGURES)}")
     try:
         if p.exists():
             with open(p, "a"):
@@ -43,6 +50,16 @@ def output_path(path: str | None, flag: str) -> Path | None:
     except OSError as e:
         raise InputError(f"{flag} {path}: cannot write it ({e.strerror or e})") from None
     return p
+
+
+def distinct(outputs: dict[str, Path | None]) -> dict[str, Path | None]:
+    """One command's output files by flag, refused when two flags name one file (the second
+    written would replace the first: a --json lost under a --report)."""
+    seen: dict[Path, str] = {}
+    for flag, p in outputs.items():
+        if p is not None and (other := seen.setdefault(p.resolve(), flag)) != flag:
+            raise InputError(f"{other} and {flag} name the same file {p}: one would overwrite the other")
+    return outputs
 
 
 def probe_seed_list(seed: int | None, probe_seeds: str | None) -> list[int]:

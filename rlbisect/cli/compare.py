@@ -7,7 +7,7 @@ from typing import cast
 
 import typer
 
-from rlbisect.cli.common import output_path
+from rlbisect.cli.common import distinct, output_path
 from rlbisect.errors import InputError
 
 
@@ -35,7 +35,8 @@ def compare_cmd(
     from rlbisect.runs.read import parse_metric_map
     from rlbisect.runs.stats import Direction
     good, other = split_runs(runs)
-    outputs = {flag: output_path(p, flag) for flag, p in (("--json", json_path), ("--plot", plot))}
+    outputs = distinct({flag: output_path(p, flag, figure=flag == "--plot") for flag, p in
+                        (("--json", json_path), ("--plot", plot))})
     if direction not in (None, "lower", "higher", "change"):
         raise InputError(f"--direction {direction}: choose lower, higher or change")
     result = compare(good, other, metric=metric, direction=cast("Direction | None", direction), window=window,

@@ -8,7 +8,7 @@ from typing import cast
 
 import typer
 
-from rlbisect.cli.common import bisect_options, output_path
+from rlbisect.cli.common import bisect_options, distinct, output_path
 from rlbisect.errors import Interrupted
 
 
@@ -33,7 +33,8 @@ def demo_cmd(
     from rlbisect.cli.progress import live_progress
     from rlbisect.tinyagent.demo import DemoOutcome, run_demo
     from rlbisect.tinyagent import prepare_base
-    json_out, plot_out = output_path(json_path, "--json"), output_path(plot, "--plot")
+    json_out, plot_out = output_path(json_path, "--json"), output_path(plot, "--plot", figure=True)
+    distinct({"--json": json_out, "--plot": plot_out})
     prepare_base(lambda line: typer.echo(line, err=True))
     with live_progress() as progress:
         try:

@@ -18,5 +18,5 @@ def plot_cmd(
     Example: rlbisect plot healthy.jsonl mask_shift.jsonl --metrics logp_gap,grad_norm --out dash.png
     """
     from rlbisect.plots import dashboard, load_runs, panels
-    png, chosen = output_path(out, "--out"), panels(metrics)
+    png, chosen = output_path(out, "--out", figure=True), panels(metrics)
     typer.echo(f"wrote {dashboard(load_runs(runs), png, chosen)}")

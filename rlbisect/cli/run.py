@@ -7,6 +7,8 @@ and each predicate's options model.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import cast
 
 import typer
@@ -14,7 +16,7 @@ import typer
 from rlbisect.bisect.options import BisectOptions as B
 from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
 from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
-from rlbisect.cli.common import bisect_options, doc, output_path, probe_seed_list
+from rlbisect.cli.common import bisect_options, distinct, doc, output_path, probe_seed_list
 from rlbisect.errors import InputError, Interrupted
 from rlbisect.runs.read import parse_metric_map
 
@@ -118,8 +120,8 @@ def run_cmd(
                              ray_address=ray_address, ray_gpus=ray_gpus, clone_url=clone_url,
                              flaky=flaky, per_commit=per_commit, confidence=confidence, max_runs=max_runs, min_effect=min_effect,
                              terms=parse_terms(terms, find_fix))
-    outputs = {flag: output_path(p, flag) for flag, p in
-               (("--json", json_path), ("--report", report_path), ("--plot", plot_path))}
+    outputs = distinct({flag: output_path(p, flag, figure=flag == "--plot") for flag, p in
+                        (("--json", json_path), ("--report", report_path), ("--plot", plot_path))})
     pred = make_predicate(predicate, command_ or [], options=dict(
         adapter=adapter, adapter_opts=_adapter_opts(adapter_opt),
         probe_seeds=probe_seed_list(None, probe_seeds) if probe_seeds else None, runs=runs,
@@ -141,7 +143,8 @@ def run_cmd(
     if outputs["--plot"]:
         for extra_plot, what in draw(result, outputs["--plot"])[1:]:
             typer.echo(f"wrote {extra_plot} ({what})")
-    if outputs["--report"]:
-        outputs["--report"].write_text(result.markdown(outputs["--plot"]))
+    if report := outputs["--report"]:   # the figure linked from where the report is
+        plot = outputs["--plot"] and Path(os.path.relpath(outputs["--plot"].resolve(), report.resolve().parent))
+        report.write_text(result.markdown(plot))
     typer.echo(result.summary())
     raise typer.Exit(result.exit_code)

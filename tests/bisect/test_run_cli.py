@@ -15,7 +15,8 @@ def test_finds_the_first_bad_commit_and_writes_every_output(tiny_repo, run_cli, 
                                                              tmp_path):
     r = tiny_repo(["good"] * 5 + ["bad"] * 4)
     before = r.snapshot()
-    md, png = tmp_path / "report.md", tmp_path / "timeline.png"
+    md, png = tmp_path / "report.md", tmp_path / "figures" / "timeline.png"
+    png.parent.mkdir()
     code, out, data = run_cli(["main~8..main", "--repo", str(r.path), "--report", str(md),
                                "--plot", str(png), "--", *state_cmd])
     assert code == 0, out
@@ -32,6 +33,7 @@ def test_finds_the_first_bad_commit_and_writes_every_output(tiny_repo, run_cli, 
     assert f"{r.shas[5]} is the first bad commit" in out and "c5 bad" in out
     assert f"# first bad commit: [{r.shas[5]}]" in data["bisect_log"]
     assert "First bad commit" in md.read_text() and "git bisect log" in md.read_text()
+    assert "](figures/timeline.png)" in md.read_text()   # linked from the report's folder
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert r.snapshot() == before
 
@@ -57,6 +59,9 @@ def test_only_skipped_commits_left_lists_every_candidate(tiny_repo, run_cli, sta
     (["main~3..main", "--confidence", "0.9", "--", "true"], "--confidence needs --flaky"),
     (["main~3..main", "--report", "/no/such/dir/x.md", "--", "true"], "folder /no/such/dir does not exist"),
     (["main~3..main", "--plot", "/", "--", "true"], "is a directory"),
+    (["main~3..main", "--plot", "t.txt", "--", "true"], "--plot t.txt: a figure needs one of the extensions .png"),
+    (["main~3..main", "--report", "same.png", "--plot", "same.png", "--", "true"],
+     "--report and --plot name the same file same.png"),
     (["main~3..main", "--metric", "reward", "--", "true"], "the command predicate takes no option --metric"),
 ])
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(tiny_repo, run_cli, args, needle):
