@@ -246,7 +246,8 @@ class MeasuredSearch:
         """Stop (found / no_regression / misfit / skipped / unknown) or name the next probe. No
         answer where the seed does not reach the run (:func:`~.measured_pairs.seed_blind`)."""
         d = self._decide(confidence, max_runs, runs)
-        if d.status in ("found", "no_regression") and (count := self.blind()) is not None:
+        # before any other answer: seed-blind runs also look like two changes or a drift (misfit)
+        if d.status != "probe" and (count := self.blind()) is not None:
             return Decision("misfit", p=d.p, message=f"each of the {count} commits run on two seeds or more "
                             "gave one run for all its seeds: the seed does not reach the training run, so "
                             "its runs are not draws of a seed spread")

@@ -12,6 +12,8 @@ are sure of, at the end; a round of ``--jobs J`` is J runs planned together.
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from rlbisect.bisect.strategies import Conclusion, GitView, Marks, Strategy, Verdicts
@@ -205,6 +207,9 @@ class MeasuredPosterior(Posterior):
 
     def conclude(self, git: GitView) -> Conclusion:
         d = self.decision or self.search.decide(self.confidence, self.max_runs, self.runs)
+        # the search speaks of positions; the user of commits
+        self.decision = d = replace(d, message=re.sub(r"position (\d+)", lambda m: f"commit {self.order[int(m[1])][:10]}",
+                                                      d.message))
         extra = self.report(d.status)
         if d.status == "found" and d.first_bad is not None:
             sha = self.order[d.first_bad]

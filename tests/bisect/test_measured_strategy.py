@@ -133,6 +133,7 @@ def test_find_fix_searches_the_numbers_for_the_move_back(tmp_path):
     assert res.extra["direction"] == "higher"
     broke = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True, use_cache=False))
     assert broke.status is Status.BAD_PASSES and "rose" in broke.message   # no regression: it got better
+    assert f"changed at commit {shas[5][:10]}" in broke.message               # a commit, not a position
 
 
 @pytest.mark.parametrize("kept", [False, True])
