@@ -10,7 +10,7 @@ The key is the *tree* hash (same files => same verdict, whatever the commit mess
 plus a hash of the :func:`identity`: the predicate's own identity (its command, the files it
 names, its options), the interpreter, and the environment the predicate runs in, less the
 variables in :data:`VOLATILE` (a shell's and a terminal's bookkeeping, and how rlbisect itself
-runs), each variable as its name and a digest of its value. The identity is stored too, so a
+runs), each variable as its name and a keyed digest of its value. The identity is stored too, so a
 person can read what produced a line. A file the predicate reads without naming it cannot be part
 of the key: ``--verify`` re-runs the answer's two commits, which catches a verdict that no longer
 holds.
@@ -29,8 +29,10 @@ one as the tree's truth, and a later ``--flaky`` bisect starts from all of them 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,11 +54,12 @@ VOLATILE_PREFIXES = ("SSH_", "XDG_SESSION", "XDG_VTNR", "DBUS_", "WAYLAND_", "TE
                      "KONSOLE_", "GNOME_", "DESKTOP_", "PYTEST_")
 
 
-def identity(predicate: Predicate) -> str:
-    """The cache identity of ``predicate`` run here: what it is, the interpreter, the environment
-    (each variable's name and a digest of its value, never the value: the identity is stored in
-    every cache row and written to the JSON and the report, and an environment holds tokens)."""
-    env = {k: hashlib.sha256(f"{k}={v}".encode()).hexdigest()[:16] for k, v in probe_env().items()
+def identity(predicate: Predicate, key: bytes = b"") -> str:
+    """The cache identity of ``predicate`` run here: what it is, the interpreter, the environment:
+    each variable's name and a digest of its value keyed with ``key`` (:meth:`ProbeCache.key`),
+    never the value. The identity is in every cache row, the JSON and the report, an environment
+    holds tokens, and a digest without a secret key gives a short password back to a dictionary."""
+    env = {k: hmac.new(key, f"{k}={v}".encode(), "sha256").hexdigest()[:16] for k, v in probe_env().items()
            if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES)}
     return json.dumps({"predicate": predicate.identity(), "python": sys.executable,
                        "python_version": sys.version.split()[0], "env": env}, sort_keys=True)
@@ -94,6 +97,30 @@ class ProbeCache:
         self.path = path
         self.enabled = enabled
         self._rows: dict[tuple[str, str], list[dict]] | None = None
+        self._key = secrets.token_hex(32).encode()   # a run without the cache: its own
+
+    def key(self) -> bytes:
+        """The secret the environment's digests are keyed with: made once beside the cache,
+        readable by its owner only, so the same environment keeps its identity across runs."""
+        path = self.path.parent / "key"
+        if self.enabled:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    os.write(fd, self._key)
+                finally:
+                    os.close(fd)
+            except FileExistsError:
+                pass
+            except OSError as e:  # a read-only .git: no cache, and this run's own key
+                self._give_up(e)
+                return self._key
+            try:
+                return path.read_bytes().strip() or self._key
+            except OSError as e:
+                self._give_up(e)
+        return self._key
 
     @classmethod
     def for_git_dir(cls, common_dir: Path, enabled: bool = True) -> "ProbeCache":

@@ -184,6 +184,13 @@ def test_no_value_of_the_environment_is_written_anywhere(tiny_repo, run_cli, mon
     cache = r.path / ".git" / "rlbisect" / "cache.jsonl"
     for text in (json.dumps(data), report.read_text(), cache.read_text()):
         assert "HF_TOKEN" in text and "hf_secret_value_123" not in text
+    # nor a digest a dictionary reverses: it is keyed with a secret kept beside the cache
+    import hashlib
+    key = r.path / ".git" / "rlbisect" / "key"
+    assert data["predicate"]["env"]["HF_TOKEN"] != hashlib.sha256(b"HF_TOKEN=hf_secret_value_123").hexdigest()[:16]
+    assert key.stat().st_mode & 0o077 == 0
+    _, _, again = run_cli(["main~5..main", "--repo", str(r.path), "--", "sh", "-c", 'test "$(cat n)" -lt 3'])
+    assert again["predicate"] == data["predicate"] and all(p["cached"] for p in again["probes"] if p["role"] != "verify")
 
 
 def test_a_file_the_predicate_reads_without_naming_it_is_caught_by_verify(tiny_repo, run_cli, tmp_path):
