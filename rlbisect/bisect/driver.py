@@ -223,8 +223,12 @@ class _Run:
         if res.status is not Status.FOUND or not strategy.recall or res.first_bad is None:
             return
         parent = next(iter(dict(res.history).get(res.first_bad) or ()), None)
-        if parent is not None and (doubt := self.prober.verify(res.first_bad, parent)
-                                   or self.prober.confirm(res.first_bad, parent)) is not None:
+        if parent is not None and (doubt := self.prober.verify(res.first_bad, parent)) is not None:
+            # a verdict that changed on a rerun: nothing the search concluded stands, the named
+            # commit least of all (listed alone, it read as the answer)
+            res.status, res.candidates, res.first_bad, res.message = Status.UNSURE, [], None, doubt
+            return
+        if parent is not None and (doubt := self.prober.confirm(res.first_bad, parent)) is not None:
             res.status, res.candidates, res.first_bad, res.message = Status.UNSURE, [res.first_bad], None, doubt
             return
         if self.options.diagnose is not False:

@@ -238,6 +238,7 @@ def test_verify_catches_a_flaky_predicate_and_can_be_turned_off(tiny_repo, run_c
             f'if [ "$n" -gt 3 ]; then [ "$s" = bad ]; else [ "$s" = good ]; fi']
     code, out, data = run_cli(["main~7..main", "--repo", str(r.path), "--no-cache", "--"] + flip)
     assert code == 3 and data["first_bad"] is None and "not deterministic" in out, out
+    assert data["candidates"] == [] and "still one of" not in out   # the refuted commit is no answer
     count.unlink()
     code, _, data = run_cli(["main~7..main", "--repo", str(r.path), "--no-cache", "--verify", "0", "--"] + flip)
     assert code == 0 and data["n_verify"] == 0
