@@ -199,14 +199,15 @@ class _Run:
 
     def _hopeless(self) -> str | None:
         """The reason, when the first probes (3 or more) all skipped for one reason of ours: the
-        adapter or runner missing, the checks unable to start. Not a command's own exit 125 or
-        a timeout: those can hold for a stretch of history and end."""
+        adapter or runner missing, the checks unable to start, GOOD's own runs failing. Not a
+        command's own exit 125 or a timeout: those can hold for a stretch of history and end."""
         fresh = [p for p in self.result.probes if not p.cached]
-        ours = {Cause.CANNOT_RUN, Cause.MACHINERY}
-        reasons = {p.reason for p in fresh}
+        ours = {Cause.CANNOT_RUN, Cause.MACHINERY, Cause.REFERENCE}
+        # GOOD's own runs failing is one reason, whatever temporary path each failed run names
+        reasons = {"GOOD" if p.cause is Cause.REFERENCE else p.reason for p in fresh}
         if len(fresh) < 3 or len(reasons) != 1 or any(p.cause not in ours for p in fresh):
             return None
-        return reasons.pop()
+        return fresh[-1].reason
 
     def _conclude(self, step: Step) -> None:
         res, strategy = self.result, self.strategy

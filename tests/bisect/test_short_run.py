@@ -225,6 +225,17 @@ def test_a_run_that_writes_no_metrics_is_skipped_and_a_missing_metric_is_named(t
     assert got.verdict == "skip" and "eval_pass is not in GOOD's runs" in got.reason and "grad_norm" in got.reason
 
 
+@pytest.mark.slow
+def test_runs_at_good_that_write_no_metrics_stop_the_bisect_early(tmp_path):
+    # GOOD's own runs fail at every probe (never cached, each probe runs them again): each skip named
+    # its own temporary path, so "the first probes all skipped for one reason" never held
+    repo, shas = command_history(tmp_path, [(1.0, 0)] * 12)
+    pred = make_predicate("short-run", CMD, dict(steps=2, metrics_file="{out}/elsewhere.jsonl"))
+    result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred, BisectOptions(use_cache=False))
+    assert len(result.probes) == 3 and result.first_bad is None
+    assert "stopped early" in result.message and "wrote no metrics" in result.message
+
+
 RUNNER = """
 import pathlib, random
 def run(steps, seed):
