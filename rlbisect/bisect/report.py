@@ -5,12 +5,12 @@ JSON keys (``rlbisect run --json FILE``): ``good``, ``bad``, ``status``, ``exit_
 ``terms`` (a fix search's ``old`` and ``new`` words, else null; ``first_bad`` is then the first new commit),
 ``n_probes``, ``n_rounds``, ``probes`` (each ``commit``, ``verdict``, ``seconds``, ``values``,
 ``reason``, ``cached``, ``subject``, ``tree``, ``overhead``, ``round``, ``role`` (GOOD, BAD, verify, confirm,
-per-commit), ``output``: the predicate's output's tail, ``evidence``: structured, e.g. short-run's per-seed values),
-``bisect_log`` (replay it with ``git bisect replay``),
-``diagnosis`` (after a find: the first bad commit's values against its parent's, biggest movers
-first) and, with ``--flaky``, ``posterior`` (``p`` per commit), ``rates``,
-``runs_per_commit``, ``n_runs``, ``outcome``, ``confidence``, ``max_runs``. Commits are full ids.
-"""
+per-commit), ``output``: the predicate's output's tail, ``evidence``: structured, e.g. short-run's per-seed values;
+``verdict`` is ``ran`` for a measured search's run, a number with no verdict),
+``bisect_log`` (replay it with ``git bisect replay``), ``diagnosis`` (after a find: the first bad
+commit's values against its parent's, biggest movers first) and, with ``--flaky``, ``posterior``
+(``p`` per commit), ``rates``, ``runs_per_commit``, ``n_runs``, ``outcome``, ``confidence``,
+``max_runs``. Commits are full ids."""
 
 from __future__ import annotations
 
@@ -98,12 +98,12 @@ class BisectResult:
             "predicate": _object(self.predicate), "first_parent": self.first_parent,
             "n_probes": sum(p.role not in ("verify", "confirm", "per-commit") for p in self.probes), "n_rounds": self.rounds,
             "n_verify": sum(p.role == "verify" for p in self.probes),
-            "probes": [{"commit": p.commit, "verdict": p.verdict, "cause": p.cause,
+            "probes": [{"commit": p.commit, "verdict": "ran" if said(p) == "ran" else p.verdict, "cause": p.cause,
                         "seconds": round(p.seconds, 4),
                         "values": p.values, "reason": p.reason, "cached": p.cached,
                         "subject": p.subject, "tree": p.tree, "overhead": round(p.overhead, 4),
                         "round": p.round, "role": p.role, "output": p.output, "recorded": p.recorded or None,
-                        "evidence": p.detail, **({"term": p.term} if p.term else {})}
+                        "evidence": p.detail, **({"term": p.term} if p.term and said(p) != "ran" else {})}
                        for p in self.probes],
             "bisect_log": self.bisect_log, "diagnosis": self.diagnosis,
             "terms": {"old": self.terms[0], "new": self.terms[1]} if self.terms else None, **self.extra,

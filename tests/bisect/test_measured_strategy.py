@@ -68,6 +68,7 @@ def test_the_command_line_answers_and_plots_the_runs(history, run_cli, tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "runs-evidence.png").exists()
     table = [ln for ln in md.read_text().splitlines() if ln.startswith("| ") and "`" in ln]
     assert len(table) == len(data["probes"]) and all(" | ran | " in ln for ln in table)   # numbers, not verdicts
+    assert {p["verdict"] for p in data["probes"]} == {"ran"}
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
