@@ -32,8 +32,8 @@ def load_runs(paths: list[str]) -> dict[str, list[dict]]:
         except ValueError as e:   # a CSV, a log: say what the file should be, not only where JSON broke
             raise InputError(f"{path}: not a run written by `rlbisect train --out` (JSON lines): "
                              f"{e}".splitlines()[0]) from None
-        if not rows[path] or "reward" not in rows[path][0]:
-            raise InputError(f"{path}: not a run written by `rlbisect train --out` (no reward column)")
+        if not rows[path] or not isinstance(rows[path][0], dict) or not {"step", "reward"} <= rows[path][0].keys():
+            raise InputError(f"{path}: not a run written by `rlbisect train --out` (no step and reward columns)")
     depth = 1
     while len({"/".join(p.with_suffix("").parts[-depth:]) for p in rows}) < len(rows) and \
             depth < max(len(p.parts) for p in rows):

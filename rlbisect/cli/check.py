@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import typer
 
-from rlbisect.cli.common import output_path, probe_seed_list
+from rlbisect.cli.common import json_text, output_path, probe_seed_list
 from rlbisect.errors import CannotRun, InputError, RlbisectError, printable
 
 
@@ -91,12 +90,12 @@ def check_cmd(
             from rlbisect.plots import matrix_heatmap
             matrix_heatmap(table, plot_out)
         if as_json:
-            typer.echo(json.dumps(table, indent=2))
+            typer.echo(json_text(table))
         raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
     with stdout_to_stderr(as_json):
         results = run_selected(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs, only)
     if as_json:
-        typer.echo(json.dumps(to_json(results), indent=2))
+        typer.echo(json_text(to_json(results)))
     else:
         width = max(len(name) for name in results)
         for r in results.values():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 from pydantic import ValidationError
 
@@ -50,6 +52,18 @@ def output_path(path: str | None, flag: str, figure: bool = False) -> Path | Non
     except OSError as e:
         raise InputError(f"{flag} {path}: cannot write it ({e.strerror or e})") from None
     return p
+
+
+def json_text(obj: Any) -> str:
+    """JSON as other tools read it: a NaN or an infinity (a run that diverged, a crash read as the
+    worst outcome) becomes null; Python's json writes them bare, which no JSON parser accepts."""
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        return [clean(v) for v in x] if isinstance(x, (list, tuple)) else x
+    return json.dumps(clean(obj), indent=2, allow_nan=False)
 
 
 def distinct(outputs: dict[str, Path | None]) -> dict[str, Path | None]:

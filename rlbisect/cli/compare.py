@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import cast
 
 import typer
 
-from rlbisect.cli.common import distinct, output_path
+from rlbisect.cli.common import distinct, json_text, output_path
 from rlbisect.errors import InputError
 
 
@@ -45,7 +44,7 @@ def compare_cmd(
     typer.echo(result.table())
     typer.echo(result.verdict_line())
     if outputs["--json"]:
-        outputs["--json"].write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        outputs["--json"].write_text(json_text(result.to_json()) + "\n")
     if outputs["--plot"]:
         typer.echo(f"wrote {evidence_plot(result, outputs['--plot'])}")
     raise typer.Exit(result.exit_code)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import cast
 
 import typer
 
-from rlbisect.cli.common import bisect_options, distinct, output_path
+from rlbisect.cli.common import bisect_options, distinct, json_text, output_path
 from rlbisect.errors import Interrupted
 
 
@@ -50,7 +49,7 @@ def demo_cmd(
     typer.echo("found the commit that injected the fault" if demo.hit else
                f"MISSED: the fault was injected by {demo.history.fault_commit[:10]}")
     if json_out:
-        json_out.write_text(json.dumps(demo.to_json(), indent=2) + "\n")
+        json_out.write_text(json_text(demo.to_json()) + "\n")
     if plot_out:
         from rlbisect.bisect.timeline import bisect_timeline
         bisect_timeline(demo.result, plot_out)

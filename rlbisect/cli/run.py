@@ -6,7 +6,6 @@ and each predicate's options model.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import cast
@@ -16,7 +15,7 @@ import typer
 from rlbisect.bisect.options import BisectOptions as B
 from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
 from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
-from rlbisect.cli.common import bisect_options, distinct, doc, output_path, probe_seed_list
+from rlbisect.cli.common import bisect_options, distinct, doc, json_text, output_path, probe_seed_list
 from rlbisect.errors import InputError, Interrupted
 from rlbisect.runs.read import parse_metric_map
 
@@ -139,7 +138,7 @@ def run_cmd(
         except Interrupted as e:
             result = cast(BisectResult, e.partial)   # the bisect's partial result
     if outputs["--json"]:
-        outputs["--json"].write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        outputs["--json"].write_text(json_text(result.to_json()) + "\n")
     if outputs["--plot"]:
         for extra_plot, what in draw(result, outputs["--plot"])[1:]:
             typer.echo(f"wrote {extra_plot} ({what})")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
+
+from rlbisect.cli.common import json_text
 
 
 def inspect_cmd(path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
@@ -17,7 +17,7 @@ def inspect_cmd(path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot 
     from rlbisect.steps.describe import describe, render_text
     from rlbisect.steps.format import load_snapshot
     info = describe(load_snapshot(path))
-    typer.echo(json.dumps(info, indent=2) if as_json else render_text(info))
+    typer.echo(json_text(info) if as_json else render_text(info))
 
 
 def replay_cmd(
@@ -45,7 +45,7 @@ def replay_cmd(
     from rlbisect.steps.at import adapter_replayer
     replayer = adapter_replayer(adapter, adapter_opt, bug) if adapter else None
     report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout, replayer=replayer)
-    typer.echo(json.dumps(report_json(report), indent=2) if as_json else render_report(report))
+    typer.echo(json_text(report_json(report)) if as_json else render_report(report))
     raise typer.Exit(report.exit_code)
 
 

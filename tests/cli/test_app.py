@@ -139,6 +139,9 @@ def test_plot_refuses_unknown_metrics_and_missing_folders_before_drawing(tmp_pat
     assert r.exit_code == 2 and "does not exist" in r.output
     r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "d.txt")])
     assert r.exit_code == 2 and "a figure needs one of the extensions" in r.output
+    (tmp_path / "nostep.jsonl").write_text('{"reward": 0.1}\n')
+    r = runner.invoke(app, ["plot", str(tmp_path / "nostep.jsonl")])
+    assert r.exit_code == 2 and "no step and reward columns" in r.output
     (tmp_path / "a.csv").write_text("step,reward\n0,0.1\n")
     r = runner.invoke(app, ["plot", str(tmp_path / "a.csv")])
     assert r.exit_code == 2 and "not a run written by `rlbisect train --out` (JSON lines)" in r.output

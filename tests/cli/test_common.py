@@ -1,0 +1,27 @@
+"""cli/common.py: what the commands share about their outputs."""
+
+import json
+import math
+
+import pytest
+
+from rlbisect.cli.common import distinct, json_text, output_path
+from rlbisect.errors import InputError
+
+
+def test_json_text_writes_what_a_json_parser_reads():
+    # a run that diverged (NaN) or crashed (read as -inf): Python's json wrote bare NaN and -Infinity
+    doc = {"values": {"reward": math.nan, "loss": -math.inf, "ok": 1.5}, "runs": [(math.inf, 2)]}
+    text = json_text(doc)
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}")) == {
+        "values": {"reward": None, "loss": None, "ok": 1.5}, "runs": [[None, 2]]}
+
+
+def test_a_figure_needs_an_image_extension_and_two_outputs_need_two_files(tmp_path):
+    assert output_path(str(tmp_path / "t.svg"), "--plot", figure=True) == tmp_path / "t.svg"
+    with pytest.raises(InputError, match="a figure needs one of the extensions"):
+        output_path(str(tmp_path / "t.txt"), "--plot", figure=True)
+    same = tmp_path / "x"
+    with pytest.raises(InputError, match="--json and --report name the same file"):
+        distinct({"--json": same, "--report": tmp_path / "." / "x"})
+    assert distinct({"--json": same, "--plot": None, "--report": tmp_path / "y"})
