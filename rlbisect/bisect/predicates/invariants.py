@@ -70,6 +70,8 @@ class InvariantsPredicate(BasePredicate):
         where = (self.options.adapter or "").rpartition(":")[0]
         if where.endswith(".py") and not os.path.isabs(where):
             missing_here(repo, commit, [where], "the adapter")
+        elif where.endswith(".py") and not os.path.isfile(where):   # outside the repository: one file for all
+            raise InputError(f"--adapter {self.options.adapter}: no such file {where}")
         if self.options.checks:      # an unknown check, or run-level ones with --no-runs: refused now
             runs_needed(select_checks(self.options.checks), self.options.runs)
 
