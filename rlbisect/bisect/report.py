@@ -15,6 +15,7 @@ commit's values against its parent's, biggest movers first) and, with ``--flaky`
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,10 +85,7 @@ class BisectResult:
         return self.terms[1] if self.terms else "bad"
 
     def subject(self, sha: str) -> str:
-        c = self.commits.get(sha)
-        return c.subject if c else ""
-
-    # -- JSON -------------------------------------------------------------------------------
+        return c.subject if (c := self.commits.get(sha)) else ""
 
     def to_json(self) -> dict:
         return {
@@ -109,8 +107,6 @@ class BisectResult:
             "terms": {"old": self.terms[0], "new": self.terms[1]} if self.terms else None, **self.extra,
         }
 
-    # -- text ---------------------------------------------------------------------------------
-
     def _commit_lines(self, sha: str) -> list[str]:
         c = self.commits.get(sha)
         return [f"    {c.subject}", f"    author: {c.author}  date: {c.date}"] if c else []
@@ -129,9 +125,10 @@ class BisectResult:
         """--flaky: what GOOD and BAD did, counted, no model in between."""
         runs = self.extra.get("runs_per_commit") or {}
         if (metric := self.extra.get("metric")) is not None:   # the measured search: numbers
-            told = []
-            for name, sha in (("GOOD", self.good), ("BAD", self.bad)):
-                vals = sorted(p.values[metric] for p in self.probes if p.commit == sha and metric in p.values)
+            told, worst = [], math.inf if self.extra.get("direction") == "higher" else -math.inf
+            for name, sha in (("GOOD", self.good), ("BAD", self.bad)):   # NaN is the worst, as the search reads it
+                vals = sorted(v if math.isfinite(v := p.values[metric]) else worst
+                              for p in self.probes if p.commit == sha and metric in p.values)
                 if vals:
                     told.append(f"{name} median {statistics.median(vals):.4g} over {len(vals)} runs")
             return [f"{metric} at {', '.join(told)}"] if told else []
@@ -247,7 +244,10 @@ class BisectResult:
         if failing:
             out += ["", "## Predicate output of the probes that did not pass", ""]
             for p in failing:
-                out += [f"### [{p.order}] `{p.commit[:10]}` {p.verdict}", "", "```", p.output, "```", ""]
+                fence = "```"   # longer than any run of backticks in the output: it cannot close it early
+                while fence in p.output:
+                    fence += "`"
+                out += [f"### [{p.order}] `{p.commit[:10]}` {p.verdict}", "", fence, p.output, fence, ""]
         if self.diagnosis.get("rows"):
             out += ["", "## Diagnose: first bad commit vs its parent", "", "```",
                     render_diagnosis(self.diagnosis, terms=self.terms or ("good", "bad")), "```"]

@@ -244,3 +244,14 @@ def test_probes_that_all_skip_for_one_reason_stop_early_and_say_it(tiny_repo, ru
     assert code == 3 and data["n_probes"] == 3 and data["first_bad"] is None, out
     assert "the first 3 probes were all skipped: invariants: cannot import no_such_trainer" in out
     assert "no_such_trainer" in out
+
+
+def test_a_predicates_output_cannot_break_out_of_the_reports_code_block(tiny_repo, run_cli, tmp_path):
+    r = tiny_repo(["good", "good", "bad", "bad"])
+    md = tmp_path / "r.md"
+    cmd = ["sh", "-c", 'printf "\\140\\140\\140\\n# Injected heading\\n"; test "$(cat state)" = good']
+    code, out, _ = run_cli(["main~3..main", "--repo", str(r.path), "--no-cache", "--report", str(md), "--", *cmd])
+    assert code == 0, out
+    lines = md.read_text().splitlines()
+    at = lines.index("# Injected heading")
+    assert lines[at - 1] == "```" and lines[at - 2] == lines[at + 1] == "````"   # a fence it cannot close
