@@ -130,6 +130,9 @@ def run_cmd(
         direction=direction, runner=runner, window=window, metrics_file=metrics_file,
         metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
         metric_map=parse_metric_map(metric_map) if metric_map else None))
+    if per_commit and getattr(pred, "measures", None) is None:   # it changes nothing else: say so
+        raise InputError("--per-commit keeps short runs with a --metric judged per commit: add "
+                         "--predicate short-run --metric M")
     if not command_ and adapter is None and runner is None and (note := first_use_note()):
         typer.echo(f"{note}; the first probe pays it", err=True)   # TinyAgent's own trainer
     with live_progress() as progress:

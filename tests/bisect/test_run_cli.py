@@ -61,6 +61,7 @@ def test_only_skipped_commits_left_lists_every_candidate(tiny_repo, run_cli, sta
     (["main~3..main", "--plot", "/", "--", "true"], "is a directory"),
     (["main~3..main", "--plot", "t.txt", "--", "true"], "--plot t.txt: a figure needs one of the extensions .png"),
     (["main~3..main", "--adapter", "/no/such/adapter.py:make"], "no such file /no/such/adapter.py"),
+    (["main~3..main", "--per-commit", "--", "true"], "--per-commit keeps short runs with a --metric"),
     (["main~3..main", "--report", "same.png", "--plot", "same.png", "--", "true"],
      "--report and --plot name the same file same.png"),
     (["main~3..main", "--metric", "reward", "--", "true"], "the command predicate takes no option --metric"),
