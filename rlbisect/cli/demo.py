@@ -51,6 +51,7 @@ def demo_cmd(
     if json_out:
         json_out.write_text(json_text(demo.to_json()) + "\n")
     if plot_out:
-        from rlbisect.bisect.timeline import bisect_timeline
-        bisect_timeline(demo.result, plot_out)
+        from rlbisect.bisect.timeline import draw
+        for extra_plot, what in draw(demo.result, plot_out)[1:]:
+            typer.echo(f"wrote {extra_plot} ({what})")
     raise typer.Exit(0 if demo.hit else 1)

@@ -61,6 +61,8 @@ def number(value: object) -> float | None:
     """A logged value as the judge sees it; None for "not logged" (an empty CSV cell)."""
     if isinstance(value, bool):
         return Odd(f"a boolean ({str(value).lower()})")
+    if isinstance(value, int) and abs(value) > LIMIT:   # float() of a 400-digit int raises
+        return math.inf if value > 0 else -math.inf
     if isinstance(value, (int, float)):
         x = float(value)
         return math.copysign(math.inf, x) if abs(x) > LIMIT and math.isfinite(x) else x
@@ -145,7 +147,8 @@ def read_rows(path: str | Path) -> list[dict[str, float]]:
     if path.suffix.lower() in (".csv", ".tsv"):
         text = io.StringIO("".join(line for _, line, _ in _lines(path)))
         reader = csv.DictReader(text, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
-        return [{printable(k): x for k, v in row.items() if k and (x := number(v)) is not None}
+        # a row shorter than the header leaves its last cells None: not logged, as an empty cell
+        return [{printable(k): x for k, v in row.items() if k and v is not None and (x := number(v)) is not None}
                 for row in reader]
     rows = []
     for i, line, last in _lines(path):

@@ -63,6 +63,14 @@ def test_csv_rows_skip_empty_cells(tmp_path):
     f = tmp_path / "m.csv"
     f.write_text("step,reward,eval/acc\n0,0.5,\n1,0.6,0.25\n")
     assert read_rows(f) == [{"step": 0.0, "reward": 0.5}, {"step": 1.0, "reward": 0.6, "eval/acc": 0.25}]
+    f.write_text("step,reward,eval/acc\n0,0.5\n1,0.6,0.25\n")   # the empty last cell left out
+    assert read_rows(f) == [{"step": 0.0, "reward": 0.5}, {"step": 1.0, "reward": 0.6, "eval/acc": 0.25}]
+
+
+def test_an_integer_too_large_for_a_float_is_an_infinity_not_a_crash(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"step": 0, "reward": 1%s}\n{"step": 1, "reward": -1%s}\n' % ("0" * 400, "0" * 400))
+    assert [r["reward"] for r in read_rows(f)] == [math.inf, -math.inf]
 
 
 def test_metric_map_from_pairs_and_json_file(tmp_path):
