@@ -16,7 +16,10 @@ with the error as its hit, before the exception goes on.
 Modules the update reads but never changes (a frozen KL reference) go in `frozen={"ref": ref}`:
 they are written only when a snapshot is saved, and a replay then uses exactly the reference the
 run used. Each step the hook fingerprints them (a strided sample of each tensor) and tells its
-detectors `frozen_moved` = 1 when one changed since the step before.
+detectors `frozen_moved` = 1 when one changed since the step before. Such a module may change again
+after this update and before `after_update` (a loop that reloads the reference from the policy), so
+from then on it is cloned in `before_update`, as read; one that changed within a step before it was
+seen moving is saved as it was after the step, and the snapshot says so (`meta["frozen_changed"]`).
 
 `SnapshotHook(None)` only watches: detectors and fingerprints, nothing copied or saved.
 
@@ -146,10 +149,13 @@ class SnapshotHook:
         kept = {n: m for n, m in (frozen or {}).items() if m is not None and m is not model}
         prints = {n: fingerprint(m) for n, m in kept.items()}
         both = prints.keys() & self._prints.keys()
-        self._moved = float(any(prints[n] != self._prints[n] for n in both)) if both else None
+        moving = [n for n in both if prints[n] != self._prints[n]]
+        self._moved = float(bool(moving)) if both else None
         self._prints = prints
         snap = None if self.dir is None else capture(step, model, optimizer, dict(batch), generators,
                                                      config=self.config, meta=self.meta, code=self.code)
+        if snap is not None:   # a module seen moving may move again before the save: keep it as read now
+            snap.frozen = {n: {k: t.detach().clone() for k, t in kept[n].state_dict().items()} for n in moving}
         self._pending = (step, snap, model, kept)
 
     def after_update(self, step: int, stats: Mapping[str, Any]) -> list[Hit]:
@@ -167,7 +173,7 @@ class SnapshotHook:
         self.hits += hits
         if snap is not None and (hits or (self.every is not None and step % self.every == 0)):
             snap.stats, snap.hits = logged, hits
-            snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
+            self._keep_frozen(snap, frozen)
             self._save(snap, model)
         return hits
 
@@ -187,10 +193,18 @@ class SnapshotHook:
         if snap is None:
             return None
         snap.hits, snap.stats = [hit], {}
-        snap.frozen = {n: m.state_dict() for n, m in frozen.items()}
+        self._keep_frozen(snap, frozen)
         before = len(self.saved)
         self._save(snap, model)
         return self.saved[-1] if len(self.saved) > before else None
+
+    def _keep_frozen(self, snap: Snapshot, frozen: dict[str, torch.nn.Module]) -> None:
+        """The frozen modules as the update read them: the clones of those seen moving, the others
+        as they are now, and the names of any that changed since ``before_update`` (saved after)."""
+        changed = sorted(n for n, m in frozen.items() if n not in snap.frozen and fingerprint(m) != self._prints[n])
+        snap.frozen = {**{n: m.state_dict() for n, m in frozen.items()}, **snap.frozen}
+        if changed:
+            snap.meta = {**snap.meta, "frozen_changed": changed}
 
     @contextmanager
     def update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,

@@ -198,7 +198,9 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
     params = {"recorded_sha256": snap.post_update_sha256, "replayed_sha256": replayed.post_update_sha256,
               "digest_equal": equal, "recorded_update_norm": rec_norm, "replayed_update_norm": rep_norm,
               "update_diff_norm": dn, "ok": params_ok}
-    all_notes = [*notes, *replayed.notes]
+    all_notes = [*notes, *replayed.notes] + [
+        f"the frozen module {n!r} changed during the recorded step and was saved as it was after it: "
+        "the replay reads another one than the update did, so it cannot match" for n in snap.meta.get("frozen_changed", [])]
     if equal is None:
         if not rows:
             raise ReplayError("nothing to compare: no recorded statistic is produced by the update, "

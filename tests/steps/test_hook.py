@@ -282,3 +282,25 @@ def test_a_step_saved_with_a_frozen_reference_still_replays_exactly(tmp_path):
     run_with_ref(hook, 3)
     snap = load_snapshot(tmp_path / snapshot_name(2))
     assert "frozen_moved" not in snap.stats and snap.stats.keys() == {"loss", "grad_norm", "logp_gap", "update_time"}
+
+
+def test_a_reference_reloaded_before_the_save_is_kept_as_the_update_read_it(tmp_path):
+    # TinyAgent's ref_synced reloads the reference from the policy after the update and before
+    # after_update: the saved reference was the reloaded one, and the flagged step never replayed
+    hook = SnapshotHook(tmp_path, every=1)
+    model, opt = make_model()
+    ref, _ = make_model()
+    gen, read = torch.Generator().manual_seed(5), []
+    for step in range(3):
+        batch = collect(model, step)
+        read.append({k: v.clone() for k, v in ref.state_dict().items()})
+        hook.before_update(step, model, opt, batch, generators={"order": gen}, frozen={"ref": ref})
+        stats = update(model, opt, batch, gen)
+        ref.load_state_dict(model.state_dict())
+        hook.after_update(step, stats)
+    first = load_snapshot(tmp_path / snapshot_name(0))   # not yet seen moving: saved after, and said
+    assert first.meta["frozen_changed"] == ["ref"]
+    for step in (1, 2):                                  # seen moving: cloned as read
+        snap = load_snapshot(tmp_path / snapshot_name(step))
+        assert "frozen_changed" not in snap.meta
+        assert all(torch.equal(snap.frozen["ref"][k], v) for k, v in read[step].items())
