@@ -230,6 +230,13 @@ class SnapshotHook:
             snap.post_update = after
         assert self.dir is not None   # snapshots are only captured with a directory
         path = self.dir / snapshot_name(snap.step)
+        k = 0
+        while path.exists() and path not in self.saved:   # another run's file: never overwritten
+            k += 1
+            path = self.dir / snapshot_name(snap.step).replace(".pt", f"-{k}.pt")
+        if k:
+            warnings.warn(f"rlbisect: {self.dir} already holds {snapshot_name(snap.step)} from another run: "
+                          f"this one is {path.name}", stacklevel=3)
         try:
             save_snapshot(path, snap)
         except (OSError, SnapshotError) as e:

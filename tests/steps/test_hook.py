@@ -125,9 +125,11 @@ def test_unrelated_files_are_never_deleted(tmp_path):
     (tmp_path / "step-000000.pt").write_bytes(b"someone else's")
     (tmp_path / "notes.txt").write_text("keep me")
     hook = SnapshotHook(tmp_path, every=1, keep_last=1)
-    run(hook, 4)
-    assert (tmp_path / "notes.txt").read_text() == "keep me"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "step-000003.pt"]
+    with pytest.warns(UserWarning, match="already holds step-000000.pt from another run: this one is step-000000-1.pt"):
+        run(hook, 4)
+    assert (tmp_path / "notes.txt").read_text() == "keep me"   # nor overwritten: another run's step 0 stays
+    assert (tmp_path / "step-000000.pt").read_bytes() == b"someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "step-000000.pt", "step-000003.pt"]
 
 
 def test_context_manager_form(tmp_path):
