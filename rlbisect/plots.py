@@ -34,11 +34,21 @@ def load_runs(paths: list[str]) -> dict[str, list[dict]]:
                              f"{e}".splitlines()[0]) from None
         if not rows[path] or not isinstance(rows[path][0], dict) or not {"step", "reward"} <= rows[path][0].keys():
             raise InputError(f"{path}: not a run written by `rlbisect train --out` (no step and reward columns)")
-    depth = 1
-    while len({"/".join(p.with_suffix("").parts[-depth:]) for p in rows}) < len(rows) and \
-            depth < max(len(p.parts) for p in rows):
-        depth += 1
-    return {"/".join(p.with_suffix("").parts[-depth:]): r for p, r in rows.items()}
+        # a value that is no number (null, "n/a") is not drawn; a row must say its step
+        rows[path] = [{k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                      if isinstance(r, dict) else {} for r in rows[path]]
+        if (i := next((i for i, r in enumerate(rows[path]) if "step" not in r), None)) is not None:
+            raise InputError(f"{path}: row {i + 1} has no numeric step")
+
+    def names(depth: int, suffix: bool) -> list[str]:
+        return ["/".join((p if suffix else p.with_suffix("")).parts[-depth:]) for p in rows]
+    for suffix in (False, True):   # x.jsonl and x.json are two runs: their suffixes tell them apart
+        depth = 1
+        while len(set(names(depth, suffix))) < len(rows) and depth < max(len(p.parts) for p in rows):
+            depth += 1
+        if len(set(names(depth, suffix))) == len(rows):
+            break
+    return dict(zip(names(depth, suffix), rows.values()))
 
 
 def panels(metrics: str | None) -> tuple[str, ...]:

@@ -154,6 +154,20 @@ def test_two_runs_with_one_file_name_stay_two_runs(tmp_path):
         (tmp_path / d / "run.jsonl").write_text('{"step": 0, "reward": 0.1}\n')
     runs = load_runs([str(tmp_path / "a" / "run.jsonl"), str(tmp_path / "b" / "run.jsonl")])
     assert list(runs) == ["a/run", "b/run"]
+    (tmp_path / "a" / "run.json").write_text('{"step": 0, "reward": 0.2}\n')   # told apart by the suffix
+    runs = load_runs([str(tmp_path / "a" / "run.jsonl"), str(tmp_path / "a" / "run.json")])
+    assert list(runs) == ["run.jsonl", "run.json"] and runs["run.json"] == [{"step": 0, "reward": 0.2}]
+
+
+def test_a_run_row_without_a_step_is_refused_and_a_value_that_is_no_number_is_not_drawn(tmp_path):
+    from rlbisect.errors import InputError
+    from rlbisect.plots import load_runs
+    f = tmp_path / "r.jsonl"
+    f.write_text('{"step": 0, "reward": 0.5}\n{"step": 1, "reward": null, "loss": "n/a"}\n')
+    assert load_runs([str(f)]) == {"r": [{"step": 0, "reward": 0.5}, {"step": 1}]}
+    f.write_text('{"step": 0, "reward": 0.5}\n{"reward": 0.6}\n')
+    with pytest.raises(InputError, match="row 2 has no numeric step"):
+        load_runs([str(f)])
 
 
 @pytest.mark.slow
