@@ -54,6 +54,16 @@ def output_path(path: str | None, flag: str, figure: bool = False) -> Path | Non
     return p
 
 
+def folder_path(path: str | None, flag: str) -> Path | None:
+    """A folder we will create or fill: refused now if a file (or a file's child) holds its name."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if (clash := next((q for q in (p, *p.parents) if q.exists() and not q.is_dir()), None)) is not None:
+        raise InputError(f"{flag} {path}: {clash} is a file, not a folder")
+    return p
+
+
 def json_text(obj: Any) -> str:
     """JSON as other tools read it: a NaN or an infinity (a run that diverged, a crash read as the
     worst outcome) becomes null; Python's json writes them bare, which no JSON parser accepts."""

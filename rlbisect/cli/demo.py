@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import cast
 
 import typer
 
-from rlbisect.cli.common import bisect_options, distinct, json_text, output_path
+from rlbisect.cli.common import bisect_options, distinct, folder_path, json_text, output_path
 from rlbisect.errors import Interrupted
 
 
@@ -34,10 +33,11 @@ def demo_cmd(
     from rlbisect.tinyagent import prepare_base
     json_out, plot_out = output_path(json_path, "--json"), output_path(plot, "--plot", figure=True)
     distinct({"--json": json_out, "--plot": plot_out})
+    kept = folder_path(keep, "--keep")
     prepare_base(lambda line: typer.echo(line, err=True))
     with live_progress() as progress:
         try:
-            demo = run_demo(fault, commits, bad_at, Path(keep) if keep else None, predicate,
+            demo = run_demo(fault, commits, bad_at, kept, predicate,
                             options=bisect_options(jobs=jobs), say=typer.echo, progress=progress)
         except Interrupted as e:
             if e.partial is not None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import typer
 
-from rlbisect.cli.common import output_path
+from rlbisect.cli.common import folder_path, output_path
 
 
 def train_cmd(
@@ -35,7 +34,7 @@ def train_cmd(
         typer.echo(note, err=True)
     settings = TrainSettings(steps, seed, eval_every, bug, reward, lr, kl_coef, max_turns, loss_mode,
                              temperature, output_path(out, "--out"),
-                             Path(snapshot_dir) if snapshot_dir else None, snapshot_every)
+                             folder_path(snapshot_dir, "--snapshot-dir"), snapshot_every)
     def hit_line(hit) -> None:
         where = "saved" if snapshot_dir else "not saved: add --snapshot-dir DIR to keep it replayable"
         typer.echo(f"  detector {hit.detector} fired at step {hit.step}: {hit.message}; {where}")

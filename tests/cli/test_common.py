@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from rlbisect.cli.common import distinct, json_text, output_path
+from rlbisect.cli.common import distinct, folder_path, json_text, output_path
 from rlbisect.errors import InputError
 
 
@@ -25,3 +25,11 @@ def test_a_figure_needs_an_image_extension_and_two_outputs_need_two_files(tmp_pa
     with pytest.raises(InputError, match="--json and --report name the same file"):
         distinct({"--json": same, "--report": tmp_path / "." / "x"})
     assert distinct({"--json": same, "--plot": None, "--report": tmp_path / "y"})
+
+
+def test_a_folder_to_fill_is_refused_where_a_file_holds_its_name(tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert folder_path(str(tmp_path / "new" / "deeper"), "--keep") == tmp_path / "new" / "deeper"
+    for bad in ("f", "f/sub"):
+        with pytest.raises(InputError, match=f"--snapshot-dir {tmp_path}/{bad}: {tmp_path}/f is a file, not a folder"):
+            folder_path(str(tmp_path / bad), "--snapshot-dir")
