@@ -70,5 +70,5 @@ def promote_cmd(
     from rlbisect.check.adapter import parse_adapter_opts
     done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None,
                    adapter=adapter, adapter_opts=parse_adapter_opts(adapter_opt))
-    for line in [*done.notes, f"wrote {done.test}", f"wrote {done.snapshot}"]:
+    for line in [*done.notes, f"wrote {done.test}", *([f"wrote {done.data}"] if done.data else []), f"wrote {done.snapshot}"]:
         typer.echo(line)

@@ -41,6 +41,7 @@ class Promoted:
     snapshot: Path
     invariants: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    data: Path | None = None   # the recorded statistics the test asserts
 
 
 def caught_by(report: dict) -> tuple[list[str], str]:
@@ -209,7 +210,7 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
         _write(test_path, text.encode())
     except OSError as e:
         raise PromoteError(f"--to {to}: {e.strerror or e}") from None
-    return Promoted(test_path, snap_path, invariants, notes)
+    return Promoted(test_path, snap_path, invariants, notes, data_path)
 
 
 def _write(path: Path, data: bytes) -> None:

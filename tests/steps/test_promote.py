@@ -77,6 +77,7 @@ def test_generated_test_passes_on_current_code_and_fails_on_the_fault(snapshot, 
     assert res.exit_code == 0, res.output
     test_file, copy = tests / "test_replay_step_000000.py", tests / "snapshots" / "step-000000.pt"
     assert f"wrote {test_file}" in res.output and copy.read_bytes() == snapshot.read_bytes()
+    assert f"wrote {tests / 'test_replay_step_000000.json'}" in res.output   # every file it wrote
     assert f"invariants: {DIRECTION} (named in the first bad probe's reason)" in res.output
     data = json.loads((tests / "test_replay_step_000000.json").read_text())
     assert data["tolerance"] == 0.0 and data["caught_by"] == [DIRECTION]
