@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import typer
 
 from rlbisect.cli.common import folder_path, output_path
