@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Stage(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)   # an infinite lr trains NaN
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class EnvConfig(_Stage):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import typer
 
 from rlbisect.cli.common import folder_path, output_path
+from rlbisect.errors import InputError
 
 
 def train_cmd(
@@ -29,6 +32,9 @@ def train_cmd(
     """
     from rlbisect.tinyagent import first_use_note
     from rlbisect.tinyagent.train import TrainSettings, step_line, train
+    for flag, value in (("--lr", lr), ("--kl-coef", kl_coef), ("--temperature", temperature)):
+        if value is not None and not math.isfinite(value):   # an infinite lr trains NaN, then the sampler raises
+            raise InputError(f"{flag}: Input should be a finite number")
     if note := first_use_note():
         typer.echo(note, err=True)
     settings = TrainSettings(steps, seed, eval_every, bug, reward, lr, kl_coef, max_turns, loss_mode,

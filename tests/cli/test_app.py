@@ -93,6 +93,8 @@ def run_main(*args):
 def test_usage_errors_are_one_line_with_exit_2():
     for args, needle in ((["train", "--lr", "abc"], "--lr"), (["train", "--reward", "foo"], "--reward"),
                          (["train", "--bug", "nope"], "unknown bug"), (["train", "--steps", "0"], "--steps"),
+                         (["train", "--lr", "inf"], "--lr: Input should be a finite number"),
+                         (["train", "--snapshot-dir", __file__], "is a file, not a folder"),
                          (["check", "--nope"], "No such option")):
         r = run_main(*args)
         assert r.returncode == 2, args
