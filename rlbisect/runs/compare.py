@@ -37,10 +37,12 @@ class Comparison:
         return {"good": ExitCode.OK, "bad": ExitCode.FINDING, "unknown": ExitCode.NO_ANSWER}[self.verdict]
 
     def verdict_line(self) -> str:
-        if self.nonfinite:
-            return "not a finite number in the runs while finite at GOOD: " + "; ".join(
-                f"{m} ({how})" for m, (_, _, how) in self.nonfinite.items())
         d = self.decision
+        if self.nonfinite:
+            moved = f"; moved beyond GOOD's seed spread too: {', '.join(t.metric for t in d.deciding)}" \
+                if d is not None and d.verdict == "bad" else ""
+            return "not a finite number in the runs while finite at GOOD: " + "; ".join(
+                f"{m} ({how})" for m, (_, _, how) in self.nonfinite.items()) + moved
         assert d is not None
         n = len(d.tests)
         if d.verdict == "bad":

@@ -180,10 +180,10 @@ def judge(good: Runs, other: Runs, rule: Rule, question: Question) -> Judgement:
         return Judgement(None, g, o, absent=absent, bookkeeping=kept)
     nonfinite = {m: what_went_wrong(m, other) for m in names
                  if m in g and m in o and finite(g[m]) and not finite(o[m])}
-    if nonfinite:
-        return Judgement(None, g, o, went_nonfinite=nonfinite, bookkeeping=kept)
     left_out = [m for m, v in g.items() if not finite(v)]
+    # A metric that went non-finite decides by itself, but the others are still judged: a user
+    # reading the table needs to see the loss that moved beside the reward that went NaN.
     g = {m: v for m, v in g.items() if m not in left_out}
-    if not set(g) & set(o):
-        return Judgement(None, g, o, left_out=left_out, bookkeeping=kept)
-    return Judgement(rule.judge(g, o, question.sense), g, o, left_out=left_out, bookkeeping=kept)
+    rest = {m: v for m, v in g.items() if m not in nonfinite}
+    decision = rule.judge(rest, o, question.sense) if set(rest) & set(o) else None
+    return Judgement(decision, g, o, went_nonfinite=nonfinite, left_out=left_out, bookkeeping=kept)

@@ -96,6 +96,20 @@ def test_a_metric_that_stops_being_a_finite_number_is_a_regression_not_a_traceba
     assert json.loads((tmp_path / "c.json").read_text())["nonfinite"][0]["metric"] == "reward"
 
 
+def test_the_other_metrics_are_still_judged_beside_one_that_went_nan(tmp_path):
+    good = write_runs(tmp_path, "g", 3, 0)
+    new = write_runs(tmp_path, "n", 3, 100, grad=3.0)
+    for path in new[:1]:   # one run's reward goes NaN; its grad_norm tripled, as in every run
+        rows = [json.loads(line) for line in open(path)]
+        rows[-1]["train/reward"] = float("nan")
+        open(path, "w").write("".join(json.dumps(r) + "\n" for r in rows))
+    r = runner.invoke(app, ["compare", *good, "--vs", *new, "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 1 and "train/reward (nan at row 5 of run 0)" in r.output, r.output
+    assert "grad_norm" in r.output.splitlines()[-1] and "<- moved" in r.output
+    judged = json.loads((tmp_path / "c.json").read_text())["metrics"]
+    assert [(m["metric"], m["moved_beyond_spread"]) for m in judged] == [("grad_norm", True)]
+
+
 def test_huge_values_judge_without_overflow_and_nested_json_is_one_line(tmp_path):
     good = _rows(tmp_path / "g", "g", ["1e149", "1.01e149", "0.99e149"])
     new = _rows(tmp_path / "n", "n", ["1e100", "2e100", "3e100"])
