@@ -35,11 +35,20 @@ def copy_tensors(obj: Any) -> Any:
 
 def capture(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
             batch: dict[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
-            **fields: Any) -> Snapshot:
-    """Clone the pre-update state in memory (no disk I/O, no device sync); `fields` fill the rest."""
+            keep_grads: bool = True, **fields: Any) -> Snapshot:
+    """Clone the pre-update state in memory (no disk I/O, no device sync); `fields` fill the rest.
+
+    Gradients the parameters still hold are state too: a loop that never clears them (or
+    accumulates across the step boundary) adds them into this update, and its replay must as well.
+    ``keep_grads=False`` where the call comes after the step's own backward (its gradients are
+    the update's, which the replay recomputes).
+    """
     return Snapshot(step=step, model=copy_tensors(model.state_dict()),
                     optimizer=None if optimizer is None else copy_tensors(optimizer.state_dict()),
-                    batch=copy_tensors(dict(batch)), rng=capture_rng(generators), **fields)
+                    batch=copy_tensors(dict(batch)), rng=capture_rng(generators),
+                    grads={n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+                    if keep_grads else None,
+                    **fields)
 
 
 def state_digest(state: torch.nn.Module | dict[str, torch.Tensor]) -> str:

@@ -25,10 +25,13 @@ def describe(snap: Snapshot) -> dict[str, Any]:
         "hits": [h.to_dict() for h in snap.hits], "stats": snap.stats, "config": snap.config,
         "post_update_sha256": snap.post_update_sha256, "update_norm": snap.update_norm,
         "meta": snap.meta,
+        # gradients the parameters held before the update: they matter where the loop does not clear them
+        "held_grad_norm": None if not snap.grads else
+        float(sum(g.double().pow(2).sum() for g in snap.grads.values()) ** 0.5),
         "tensors": {**shapes("batch/", snap.batch), **shapes("model/", snap.model),
                     **shapes("", optimizer_tensors(snap.optimizer)), **shapes("", rng),
                     **shapes("rng/gen/", snap.rng.generators), **shapes("frozen/", frozen),
-                    **shapes("post/", snap.post_update or {})},
+                    **shapes("post/", snap.post_update or {}), **shapes("grad/", snap.grads or {})},
     }
 
 
@@ -44,6 +47,9 @@ def render_text(info: dict[str, Any]) -> str:
     if info["update_norm"] is not None:
         lines.append(f"update norm    {info['update_norm']:.6g}   post-update sha256 "
                      f"{(info['post_update_sha256'] or '?')[:16]}")
+    if info.get("held_grad_norm"):
+        lines.append(f"held grads     norm {info['held_grad_norm']:.6g} before the update (a loop that "
+                     "does not clear them adds them into it; replay restores them)")
     n = len(info["hits"])
     lines.append("fired          " + (f"{n} detector hit{'s' * (n > 1)}" if n else "none (periodic snapshot)"))
     lines += [f"  {h['detector']}: {h['message']}" for h in info["hits"]]

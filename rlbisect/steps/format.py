@@ -5,8 +5,9 @@ File format (`step-NNNNNN.pt` by convention; the content is a plain safetensors 
 * tensors, namespaced: `model/<param>`, `optim/<path>` (each tensor of the optimizer state_dict,
   e.g. `optim/state/0/exp_avg`), `batch/<key>`, `rng/torch` (global CPU RNG), `rng/gen/<name>`,
   optionally `frozen/<module>/<param>` (modules the update reads but never changes, such as a KL
-  reference) and `post/<param>` (the model after the update, so a replay can measure how far its
-  update lands from the recorded one);
+  reference), `post/<param>` (the model after the update, so a replay can measure how far its
+  update lands from the recorded one) and `grad/<param>` (gradients the parameters held before
+  the update, which a loop that does not clear them adds into it);
 * safetensors metadata `rlbisect.meta`: one JSON document with everything else (step, format
   version, config, stats, hits, code identity, torch version, threads, the optimizer state's
   non-tensor structure, the Python `random` state, free-form meta);
@@ -70,6 +71,7 @@ class Snapshot:
     update_norm: float | None = None  # ||params after - params before||, if known
     frozen: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # e.g. {"ref": state}
     post_update: dict[str, torch.Tensor] | None = None  # the model's state after the update
+    grads: dict[str, torch.Tensor] | None = None  # param name -> .grad held before the update (None: not taken)
     torch_version: str = torch.__version__
     num_threads: int = field(default_factory=torch.get_num_threads)
     format_version: int = FORMAT_VERSION
@@ -106,6 +108,7 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
         _check_module_name(name)
         tensors.update({f"frozen/{name}/{k}": v for k, v in state.items()})
     tensors.update({f"post/{k}": v for k, v in (snap.post_update or {}).items()})
+    tensors.update({f"grad/{k}": v for k, v in (snap.grads or {}).items()})
     tensors = {k: _cpu(v, seen) for k, v in tensors.items()}
     header = {
         "format": FORMAT, "format_version": snap.format_version, "step": snap.step,
@@ -117,6 +120,7 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
         "model_keys": list(snap.model), "batch_keys": list(snap.batch), "optimizer": optim,
         "frozen_keys": {name: list(state) for name, state in snap.frozen.items()},
         "post_update_keys": None if snap.post_update is None else list(snap.post_update),
+        "grad_keys": None if snap.grads is None else list(snap.grads),
         "rng": {"torch": snap.rng.torch is not None, "generators": list(snap.rng.generators),
                 "python": snap.rng.python},
     }
@@ -173,6 +177,7 @@ class _Header(BaseModel):
     rng: _Rng
     frozen_keys: dict[str, list[str]] = {}  # absent in files from before frozen modules existed
     post_update_keys: list[str] | None = None
+    grad_keys: list[str] | None = None  # absent in files from before gradients were kept
 
 
 def load_snapshot(path: str | os.PathLike) -> Snapshot:
@@ -227,6 +232,7 @@ def _load(path: Path) -> Snapshot:
         _check_module_name(name)
     frozen = {n: {k: take(f"frozen/{n}/{k}") for k in keys} for n, keys in head.frozen_keys.items()}
     post = None if head.post_update_keys is None else {k: take(f"post/{k}") for k in head.post_update_keys}
+    grads = None if head.grad_keys is None else {k: take(f"grad/{k}") for k in head.grad_keys}
     rng = RngState(take("rng/torch") if head.rng.torch else None,
                    {k: take(f"rng/gen/{k}") for k in head.rng.generators}, head.rng.python)
     if extra := set(tensors) - used:
@@ -240,5 +246,5 @@ def _load(path: Path) -> Snapshot:
         step=head.step, model=model, optimizer=optim, batch=batch, rng=rng, config=head.config,
         stats=head.stats, hits=[Hit.from_dict(h) for h in head.hits], code=CodeIdentity(**vars(head.code)),
         post_update_sha256=head.post_update_sha256, update_norm=head.update_norm,
-        frozen=frozen, post_update=post, torch_version=head.torch_version, num_threads=head.num_threads,
+        frozen=frozen, post_update=post, grads=grads, torch_version=head.torch_version, num_threads=head.num_threads,
         format_version=head.format_version, created=head.created, meta=head.meta)

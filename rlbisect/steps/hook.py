@@ -138,11 +138,14 @@ class SnapshotHook:
     def before_update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                       batch: Mapping[str, torch.Tensor],
                       generators: dict[str, torch.Generator] | None = None,
-                      frozen: Mapping[str, torch.nn.Module | None] | None = None) -> None:
+                      frozen: Mapping[str, torch.nn.Module | None] | None = None,
+                      keep_grads: bool = True) -> None:
         """Clone what the update is about to consume. Call right before the update's first RNG use.
 
         `frozen` modules are only referenced here (the update must not change them); a frozen
-        module that *is* the model is skipped: its pre-update state is the model's.
+        module that *is* the model is skipped: its pre-update state is the model's. The gradients
+        the parameters hold are kept too (a loop that does not clear them adds them into the
+        update); `keep_grads=False` where this is called after the update's own backward.
         """
         if self.code is None:  # once: the code as loaded when the run began, before anyone edits it
             self.code = _find_code(model)
@@ -152,7 +155,7 @@ class SnapshotHook:
         moving = [n for n in both if prints[n] != self._prints[n]]
         self._moved = float(bool(moving)) if both else None
         self._prints = prints
-        snap = None if self.dir is None else capture(step, model, optimizer, dict(batch), generators,
+        snap = None if self.dir is None else capture(step, model, optimizer, dict(batch), generators, keep_grads,
                                                      config=self.config, meta=self.meta, code=self.code)
         if snap is not None:   # a module seen moving may move again before the save: keep it as read now
             snap.frozen = {n: {k: t.detach().clone() for k, t in kept[n].state_dict().items()} for n in moving}

@@ -46,7 +46,16 @@ class UpdateRaised(Exception):
 # --- restore ----------------------------------------------------------------------------------------
 
 def restore_model(snap: Snapshot, model: torch.nn.Module) -> None:
+    """The parameters and buffers, and the gradients they held (a snapshot that kept none leaves
+    them as they are)."""
     model.load_state_dict(snap.model)  # copies into the existing parameters
+    if snap.grads is not None:
+        params = dict(model.named_parameters())
+        if unknown := sorted(set(snap.grads) - set(params)):
+            raise ValueError(f"the snapshot holds gradients of parameters this model lacks: {unknown[:3]}")
+        for name, p in params.items():
+            held = snap.grads.get(name)
+            p.grad = None if held is None else held.clone().to(p.device)
 
 
 def restore_optimizer(snap: Snapshot, optimizer: torch.optim.Optimizer) -> None:

@@ -62,6 +62,25 @@ def test_every_saved_step_replays_bit_for_bit(run_dir):
     assert "IDENTICAL" in text and "bit for bit" in text and "not replayed" in text and "reward" in text
 
 
+def test_a_loop_that_never_clears_gradients_replays_with_the_ones_it_held(tmp_path):
+    """no_zero_grad adds the last step's gradients into this one: a snapshot keeps and restores
+    them, and a file from before they were kept (grads None) no longer replays that step."""
+    d = tmp_path / "snaps"
+    res = cli("train", "--steps", "2", "--bug", "no_zero_grad", "--eval-every", "100",
+              "--snapshot-dir", str(d), "--snapshot-every", "1")
+    assert res.exit_code == 0, res.output
+    step1 = d / "step-000001.pt"
+    snap = load_snapshot(step1)
+    assert snap.grads and all(g.abs().sum() > 0 for g in snap.grads.values())
+    out = cli("replay", str(step1), "--json")
+    assert out.exit_code == 0 and json.loads(out.output)["identical"], out.output
+    assert "held grads" in cli("inspect", str(step1)).output
+    snap.grads = None
+    save_snapshot(tmp_path / "without.pt", snap)
+    out = cli("replay", str(tmp_path / "without.pt"), "--json")
+    assert out.exit_code == 1 and "grad_norm" in json.loads(out.output)["moved"], out.output
+
+
 def test_sign_flip_differs_and_names_what_moved(last):
     res = cli("replay", str(last), "--bug", "sign_flip")
     assert res.exit_code == 1, res.output

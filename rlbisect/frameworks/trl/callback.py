@@ -216,7 +216,8 @@ class SnapshotCallback(TrainerCallback):
         if w is not None and model is not None:
             self.hook.meta["accumulation"] = len(w.micro)
             self.hook.meta["num_items_in_batch"] = w.num_items
-            self.hook.before_update(state.global_step, model, optimizer, _flatten(w.micro))
+            # the gradients held now are this step's own, which the replay recomputes
+            self.hook.before_update(state.global_step, model, optimizer, _flatten(w.micro), keep_grads=False)
 
     def on_step_end(self, args, state, control, **kwargs):
         w = self._window
