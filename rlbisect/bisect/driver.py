@@ -132,6 +132,8 @@ class _Run:
         self.switch = switch                 # see _may_switch
         self.pooled = pooled or []           # runs a switched search starts from (_measured_after)
         self.switched_at: str | None = None  # the commit whose good verdict was a test at the spread
+        self.goods = [result.good]           # the commits marked good in git so far
+        self.unbisectable = False            # a bad commit older than a good one (_good_descendant)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -163,8 +165,9 @@ class _Run:
             res.status, ended = Status.INTERRUPTED, "interrupted"   # git killed by the same Ctrl-C
         finally:
             res.bisect_log = self.sandbox.bisect_log()
-        if ended != "found":
-            res.candidates, res.extra = strategy.candidates(), strategy.report(ended)
+        if ended != "found":   # candidates of a search git cannot do would read as answers
+            res.candidates = [] if self.unbisectable else strategy.candidates()
+            res.extra = strategy.report(ended)
 
     def _search(self, step: Step) -> Step | None:
         """Rounds until the strategy has nothing left to probe -> git's last state; None when
@@ -186,7 +189,15 @@ class _Run:
                 self.switched_at = at
                 return None
             for commit, verdict in strategy.observe_probes(done):
+                if verdict == "bad" and (newer := self._good_descendant(commit)) is not None:
+                    res.status, self.unbisectable = Status.UNSURE, True
+                    res.message = (f"{commit[:12]} is bad, but it is an ancestor of {newer[:12]}, which is good: "
+                                   "the fault is older than that good commit and came back with a branch merged "
+                                   "into the range (git cannot bisect that); --first-parent finds the merge")
+                    return None
                 step = self.sandbox.mark(commit, verdict)
+                if verdict == "good":
+                    self.goods.append(commit)
             for rec in res.probes[-len(done):]:
                 if rec.commit in strategy.dropped:
                     rec.reason += "; not marked: no longer a candidate after this round's other marks"
@@ -196,6 +207,11 @@ class _Run:
                                "stopped early, the predicate cannot run here (see its output)")
                 return None
         return step
+
+    def _good_descendant(self, commit: str) -> str | None:
+        """A good-marked commit that ``commit`` is an ancestor of: marked bad, git would refuse it
+        (a merge base it asked for, or a side branch's commit older than a good mark)."""
+        return next((g for g in self.goods if g != commit and self.user.is_ancestor(commit, g)), None)
 
     def _hopeless(self) -> str | None:
         """The reason, when the first probes (3 or more) all skipped for one reason of ours: the

@@ -144,22 +144,35 @@ class Prober:
 
     def verify(self, culprit: str, parent: str) -> str | None:
         """``--verify N``: run the culprit and its parent N more times each -> what disagreed with
-        the verdicts the answer rests on (bad at the culprit, good at its parent), or None."""
+        the verdicts the answer rests on (bad at the culprit, good at its parent), or None. A parent
+        git never ran (an ancestor of a good commit, good by git's assumption) runs at least once."""
         times = self.options.verify
         if times is None:      # the default: once, when a probe is cheap
             seconds = [p.seconds for p in self.result.probes]
             median = statistics.median(seconds) if seconds else float("inf")
             times = next((n for limit, n in VERIFY_DEFAULT if median < limit), 0)
-        for i in range(times):
+        # git takes a commit it never ran for good when it is an ancestor of a good one: the answer
+        # rests on that, so the parent runs once even where verifying is off
+        assumed = parent != self.result.good and not any(p.commit == parent for p in self.result.probes)
+        rounds = [[culprit, parent]] * times or ([[parent]] if assumed else [])
+        for i, commits in enumerate(rounds):
             self.trap.check()
-            self.progress.status(f"verify {i + 1}/{times}: {culprit[:10]} and its parent {parent[:10]} again")
-            for c, probe, overhead in self.execute([culprit, parent]):
+            self.progress.status(f"verify {i + 1}/{len(rounds)}: {' and '.join(c[:10] for c in commits)} again")
+            for c, probe, overhead in self.execute(commits):
                 self.record(c, probe, False, overhead, role="verify")
                 want = Verdict.BAD if c == culprit else Verdict.GOOD
-                if probe.verdict is not want:
-                    return (f"the predicate is not deterministic: {c[:12]} was {want} and is now "
-                            f"{probe.verdict} ({probe.reason}); use --flaky, or --no-cache if something "
-                            "it reads outside the repository changed")
+                if probe.verdict is want:
+                    continue
+                if c == parent and assumed and probe.verdict is Verdict.BAD:
+                    return (f"{parent[:12]}, the parent of the commit git named ({culprit[:12]}), was never "
+                            "run: git took it for good, as an ancestor of a good commit, but it is bad "
+                            f"({probe.reason}). The fault is older than that good commit and came back "
+                            "with a branch merged into the range; --first-parent finds the merge")
+                if c == parent and assumed:
+                    continue   # a skip at a commit outside the search: nothing against the answer
+                return (f"the predicate is not deterministic: {c[:12]} was {want} and is now "
+                        f"{probe.verdict} ({probe.reason}); use --flaky, or --no-cache if something "
+                        "it reads outside the repository changed")
         return None
 
     def confirm(self, culprit: str, parent: str) -> str | None:

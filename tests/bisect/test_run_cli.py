@@ -256,3 +256,27 @@ def test_a_predicates_output_cannot_break_out_of_the_reports_code_block(tiny_rep
     lines = md.read_text().splitlines()
     at = lines.index("# Injected heading")
     assert lines[at - 1] == "```" and lines[at - 2] == lines[at + 1] == "````"   # a fence it cannot close
+
+
+@pytest.mark.parametrize("verify", ["0", "1"])
+def test_a_parent_git_only_assumed_good_is_run_and_a_bad_one_names_no_culprit(tiny_repo, run_cli, state_cmd,
+                                                                              verify):
+    """A side branch forked before GOOD carries a fault GOOD's line fixed; the merge brings it back.
+    git names the branch's first commit on the word of its parent, an ancestor of GOOD it never ran."""
+    #            A    S1   S2   G (GOOD) M1  M2 = merge(M1, S2)
+    r = tiny_repo(["bad", "bad", "bad", "good", "good", "bad"], [[], [0], [1], [0], [3], [4, 2]])
+    code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--verify", verify, "--", *state_cmd])
+    assert code == 3 and data["first_bad"] is None and data["candidates"] == [], out
+    assert f"{r.shas[0][:12]}, the parent of the commit git named ({r.shas[1][:12]}), was never run" in out
+    assert "--first-parent finds the merge" in out
+    # in rounds, the branch's commits marked bad make git ask for the merge base A: bad, it is refused
+    code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--jobs", "3", "--no-cache", "--",
+                               *state_cmd])
+    assert code == 3 and data["first_bad"] is None and data["candidates"] == [], out
+    assert "--first-parent finds the merge" in out and "Traceback" not in out
+    code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--first-parent", "--", *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[5], out
+    # a parent that is good, as git assumed, leaves the answer standing at --verify 0, after one run
+    r = tiny_repo(["good", "bad", "bad", "good", "good", "bad"], [[], [0], [1], [0], [3], [4, 2]], name="fine")
+    code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--verify", "0", "--", *state_cmd])
+    assert code == 0 and data["first_bad"] == r.shas[1] and data["n_verify"] == 1, out
