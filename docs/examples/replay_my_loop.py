@@ -42,12 +42,13 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict
 def train(folder: str, steps: int = 5) -> list:
     model, optimizer = build()
     data = torch.Generator().manual_seed(0)
-    hook = SnapshotHook(folder, every=1, config={"trainer": "my_loop"})
+    # the weights after each update too: a replay within --tolerance measures how far it lands
+    hook = SnapshotHook(folder, every=1, config={"trainer": "my_loop"}, keep_post_update=True)
     for step in range(steps):
         batch = {"x": torch.randn(8, 4, generator=data), "y": torch.randn(8, 1, generator=data)}
         hook.before_update(step, model, optimizer, batch)
         hook.after_update(step, update(model, optimizer, batch))
-    return hook.saved
+    return hook.kept()   # the newest few: periodic files rotate (keep_last)
 
 
 class Replayer:
@@ -56,7 +57,8 @@ class Replayer:
         restore(snapshot, model, optimizer)
         stats = update(model, optimizer, copy_tensors(snapshot.batch))
         after = model.state_dict()
-        return Replayed(stats, state_digest(after), update_norm=diff_norm(after, snapshot.model))
+        return Replayed(stats, state_digest(after), update_norm=diff_norm(after, snapshot.model),
+                        update_diff_norm=None if snapshot.post_update is None else diff_norm(after, snapshot.post_update))
 
 
 def adapter() -> Replayer:

@@ -1,7 +1,7 @@
 """Replayable steps: a hook saves a step when an RL detector fires; replay reproduces it exactly.
 
 - ``hook``, ``spikes``      the snapshot hook for any training loop, and the detectors it feeds
-- ``capture``, ``format``, ``optim_state``   what a step is made of, and its safe file format
+- ``capture``, ``format``, ``trees``   what a step is made of, and its safe file format
 - ``replay``, ``at``        replay here (bit for bit) or with another commit's code
 - ``describe``, ``promote`` what ``rlbisect inspect`` shows; a found regression as a pytest file
 """

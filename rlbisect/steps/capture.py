@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from rlbisect.steps.format import RngState, Snapshot
+
+
+def plain_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """Logged values as JSON-able Python numbers (0-dim tensors and numpy scalars included)."""
+    out: dict[str, Any] = {}
+    for k, v in stats.items():
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            v = int(v)
+        elif isinstance(v, numbers.Real) and not isinstance(v, bool):
+            v = float(v)
+        out[str(k)] = v
+    return out
 
 
 def capture_rng(generators: dict[str, torch.Generator] | None = None) -> RngState:

@@ -9,7 +9,7 @@ import torch
 
 from rlbisect.errors import printable
 from rlbisect.steps.format import Snapshot
-from rlbisect.steps.optim_state import optimizer_tensors
+from rlbisect.steps.trees import encode_tree, optimizer_tensors
 
 
 def describe(snap: Snapshot) -> dict[str, Any]:
@@ -18,6 +18,8 @@ def describe(snap: Snapshot) -> dict[str, Any]:
         return {f"{prefix}{k}": f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
                 for k, t in d.items()}
     rng = {"rng/torch": snap.rng.torch} if snap.rng.torch is not None else {}
+    batch: dict[str, torch.Tensor] = {}
+    encode_tree(snap.batch, batch, "batch")   # the batch's tensors under their names on disk
     frozen = {f"{n}/{k}": t for n, state in snap.frozen.items() for k, t in state.items()}
     return {
         "step": snap.step, "format_version": snap.format_version, "created": snap.created,
@@ -28,7 +30,7 @@ def describe(snap: Snapshot) -> dict[str, Any]:
         # gradients the parameters held before the update: they matter where the loop does not clear them
         "held_grad_norm": None if not snap.grads else
         float(sum(g.double().pow(2).sum() for g in snap.grads.values()) ** 0.5),
-        "tensors": {**shapes("batch/", snap.batch), **shapes("model/", snap.model),
+        "tensors": {**shapes("", batch), **shapes("model/", snap.model),
                     **shapes("", optimizer_tensors(snap.optimizer)), **shapes("", rng),
                     **shapes("rng/gen/", snap.rng.generators), **shapes("frozen/", frozen),
                     **shapes("post/", snap.post_update or {}), **shapes("grad/", snap.grads or {})},

@@ -3,7 +3,8 @@
 File format (`step-NNNNNN.pt` by convention; the content is a plain safetensors file, no pickle):
 
 * tensors, namespaced: `model/<param>`, `optim/<path>` (each tensor of the optimizer state_dict,
-  e.g. `optim/state/0/exp_avg`), `batch/<key>`, `rng/torch` (global CPU RNG), `rng/gen/<name>`,
+  e.g. `optim/state/0/exp_avg`), `batch/<key>` (`batch/<path>` in a batch that also holds None,
+  numbers or nested containers, its structure in the metadata), `rng/torch` (global CPU RNG), `rng/gen/<name>`,
   optionally `frozen/<module>/<param>` (modules the update reads but never changes, such as a KL
   reference), `post/<param>` (the model after the update, so a replay can measure how far its
   update lands from the recorded one) and `grad/<param>` (gradients the parameters held before
@@ -38,7 +39,7 @@ from rlbisect.errors import InputError
 from rlbisect.git.repo import CodeIdentity
 from rlbisect.steps.integrity import (HASH_KEY, ZERO_HASH, IntegrityError, atomic_write,
                                      read_declared, seal, verified_metadata)
-from rlbisect.steps.optim_state import decode_optimizer, encode_optimizer
+from rlbisect.steps.trees import decode_tree, encode_tree
 from rlbisect.steps.spikes import Hit
 
 FORMAT = "rlbisect-snapshot"
@@ -95,12 +96,17 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     path = Path(path)
     seen: set[int] = set()
     tensors: dict[str, torch.Tensor] = {}
+    plain_batch = all(isinstance(v, torch.Tensor) for v in snap.batch.values())
     try:
-        optim = None if snap.optimizer is None else encode_optimizer(snap.optimizer, tensors)
+        optim = None if snap.optimizer is None else encode_tree(snap.optimizer, tensors)
+        # a batch of tensors keeps the flat layout; one holding None masks, counts or nested
+        # containers is stored as a tree
+        batch_tree = None if plain_batch else encode_tree(snap.batch, tensors, "batch")
     except ValueError as e:
         raise SnapshotError(str(e)) from None
     tensors.update({f"model/{k}": v for k, v in snap.model.items()})
-    tensors.update({f"batch/{k}": v for k, v in snap.batch.items()})
+    if plain_batch:
+        tensors.update({f"batch/{k}": v for k, v in snap.batch.items()})
     if snap.rng.torch is not None:
         tensors["rng/torch"] = snap.rng.torch
     tensors.update({f"rng/gen/{k}": v for k, v in snap.rng.generators.items()})
@@ -117,7 +123,8 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
         "code": vars(snap.code), "config": snap.config, "stats": snap.stats,
         "hits": [h.to_dict() for h in snap.hits], "meta": snap.meta,
         "post_update_sha256": snap.post_update_sha256, "update_norm": snap.update_norm,
-        "model_keys": list(snap.model), "batch_keys": list(snap.batch), "optimizer": optim,
+        "model_keys": list(snap.model), "batch_keys": list(snap.batch) if plain_batch else [],
+        "batch_tree": batch_tree, "optimizer": optim,
         "frozen_keys": {name: list(state) for name, state in snap.frozen.items()},
         "post_update_keys": None if snap.post_update is None else list(snap.post_update),
         "grad_keys": None if snap.grads is None else list(snap.grads),
@@ -173,6 +180,7 @@ class _Header(BaseModel):
     update_norm: float | None
     model_keys: list[str]
     batch_keys: list[str]
+    batch_tree: Any = None   # a batch holding more than tensors (files from before: always None)
     optimizer: Any
     rng: _Rng
     frozen_keys: dict[str, list[str]] = {}  # absent in files from before frozen modules existed
@@ -223,9 +231,13 @@ def _load(path: Path) -> Snapshot:
 
     model = {k: take(f"model/{k}") for k in head.model_keys}
     batch = {k: take(f"batch/{k}") for k in head.batch_keys}
+    if head.batch_tree is not None:
+        batch = decode_tree(head.batch_tree, {k: take(k) for k in tensors if k.startswith("batch/")})
+        if not isinstance(batch, dict):
+            raise SnapshotError("the batch is not a dict")
     optim = None
     if head.optimizer is not None:
-        optim = decode_optimizer(head.optimizer, {k: take(k) for k in tensors if k.startswith("optim/")})
+        optim = decode_tree(head.optimizer, {k: take(k) for k in tensors if k.startswith("optim/")})
         if not isinstance(optim, dict):
             raise SnapshotError("optimizer state is not a dict")
     for name in head.frozen_keys:

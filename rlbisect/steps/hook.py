@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import numbers
 import os
 import warnings
 from collections.abc import Iterator, Mapping
@@ -44,27 +43,13 @@ from typing import Any
 import torch
 
 from rlbisect.git.repo import CodeIdentity, code_identity
-from rlbisect.steps.capture import capture, diff_norm, fingerprint, state_digest
-from rlbisect.steps.format import Snapshot, SnapshotError, save_snapshot
+from rlbisect.steps.capture import capture, diff_norm, fingerprint, plain_stats, state_digest
+from rlbisect.steps.format import Snapshot, save_snapshot
 from rlbisect.steps.spikes import DetectorSet, Hit, SpikeConfig, default_detectors
 
 
 def snapshot_name(step: int) -> str:
     return f"step-{step:06d}.pt"
-
-
-def _plain(stats: Mapping[str, Any]) -> dict[str, Any]:
-    """Logged values as JSON-able Python numbers (0-dim tensors and numpy scalars included)."""
-    out: dict[str, Any] = {}
-    for k, v in stats.items():
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            v = v.item()
-        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-            v = int(v)
-        elif isinstance(v, numbers.Real) and not isinstance(v, bool):
-            v = float(v)
-        out[str(k)] = v
-    return out
 
 
 def _find_code(model: torch.nn.Module) -> CodeIdentity:
@@ -136,7 +121,7 @@ class SnapshotHook:
         self._moved: float | None = None
 
     def before_update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                      batch: Mapping[str, torch.Tensor],
+                      batch: Mapping[str, Any],
                       generators: dict[str, torch.Generator] | None = None,
                       frozen: Mapping[str, torch.nn.Module | None] | None = None,
                       keep_grads: bool = True) -> None:
@@ -147,6 +132,8 @@ class SnapshotHook:
         the parameters hold are kept too (a loop that does not clear them adds them into the
         update); `keep_grads=False` where this is called after the update's own backward.
         """
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
         if self.code is None:  # once: the code as loaded when the run began, before anyone edits it
             self.code = _find_code(model)
         kept = {n: m for n, m in (frozen or {}).items() if m is not None and m is not model}
@@ -168,7 +155,7 @@ class SnapshotHook:
             raise RuntimeError(f"after_update({step}) without a matching before_update (kept: {kept})")
         _, snap, model, frozen = self._pending
         self._pending = None
-        logged = _plain(stats)
+        logged = plain_stats(stats)
         # the detectors also see the hook's own observation; the snapshot keeps only what the update
         # logged, which is what a replay recomputes and compares
         seen = logged if self._moved is None else {**logged, "frozen_moved": self._moved}
@@ -234,22 +221,21 @@ class SnapshotHook:
         assert self.dir is not None   # snapshots are only captured with a directory
         path = self.dir / snapshot_name(snap.step)
         k = 0
-        while path.exists() and path not in self.saved:   # another run's file: never overwritten
+        # never overwritten: another run's file, or this run's own when a step number comes again
+        # (a loop counting steps per epoch, a failed step retried): rotation decides what goes
+        while path.exists():
             k += 1
             path = self.dir / snapshot_name(snap.step).replace(".pt", f"-{k}.pt")
-        if k:
+        if k and self.dir / snapshot_name(snap.step) not in self.saved:
             warnings.warn(f"rlbisect: {self.dir} already holds {snapshot_name(snap.step)} from another run: "
                           f"this one is {path.name}", stacklevel=3)
         try:
             save_snapshot(path, snap)
-        except (OSError, SnapshotError) as e:
+        except Exception as e:  # noqa: BLE001 - a debugging aid never stops the training run
             self.errors.append(f"step {snap.step}: {e}")
             warnings.warn(f"rlbisect: snapshot of step {snap.step} not saved: {e}", stacklevel=3)
             return
         self.saved.append(path)
-        for lst in (self._periodic, self._flagged):  # a re-saved step replaces its old entry
-            if path in lst:
-                lst.remove(path)
         (self._flagged if snap.hits else self._periodic).append(path)
         while len(self._periodic) > self.keep_last:
             self._delete(self._periodic)

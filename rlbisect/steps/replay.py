@@ -22,9 +22,9 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from rlbisect.errors import InputError, printable
+from rlbisect.errors import InputError, describe, printable
 from rlbisect.metrics import is_timing
-from rlbisect.steps.capture import copy_tensors
+from rlbisect.steps.capture import copy_tensors, plain_stats
 from rlbisect.registry import Registry
 from rlbisect.steps.format import Snapshot
 
@@ -151,14 +151,24 @@ def replay_in_process(snap: Snapshot, bug: str | None = None, replayer=None) -> 
     override of the recorded fault switch ("none" for no fault), None keeps the recorded one.
     `replayer`: a `(snap, bug) -> Replayed` the caller chose (``replay --adapter``); else the
     registered one for the snapshot's trainer name."""
-    if replayer is not None:
-        return replayer(snap, bug)
-    trainer = snap.config.get("trainer")
-    if not isinstance(trainer, str) or trainer not in REPLAYERS:
-        what = f"trainer {trainer!r}" if trainer else "no trainer (config has no 'trainer' key)"
-        raise ReplayError(f"snapshot names {what}; rlbisect replays {', '.join(REPLAYERS)} snapshots by "
-                          "itself: replay others with --adapter MODULE:FACTORY (an adapter with replay())")
-    return REPLAYERS.get(trainer)(snap, bug)
+    if replayer is None:
+        trainer = snap.config.get("trainer")
+        if not isinstance(trainer, str) or trainer not in REPLAYERS:
+            what = f"trainer {trainer!r}" if trainer else "no trainer (config has no 'trainer' key)"
+            raise ReplayError(f"snapshot names {what}; rlbisect replays {', '.join(REPLAYERS)} snapshots by "
+                              "itself: replay others with --adapter MODULE:FACTORY (an adapter with replay())")
+        replayer = REPLAYERS.get(trainer)
+    try:
+        replayed = replayer(snap, bug)
+    except (ReplayError, UpdateRaised):
+        raise
+    except Exception as e:  # noqa: BLE001 - a replayer outside the contract: no verdict on the step
+        raise ReplayError(f"the replayer raised {printable(describe(e))} (a replayer raises UpdateRaised "
+                          "where the update itself fails, ReplayError where the state does not fit)") from None
+    if torch.get_num_threads() != snap.num_threads:
+        replayed.notes.append(f"recorded with {snap.num_threads} threads, replayed with "
+                              f"{torch.get_num_threads()}: sums split differently can move the last bits")
+    return replayed
 
 
 @dataclass
@@ -189,27 +199,32 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
     if replayed is None:  # the update raised: nothing to compare, and that is a difference
         return ReplayReport(snap.step, False, [], [], [], {}, list(notes), error or "the update raised", tolerance)
     # Only statistics on both sides count: a key a later commit adds or drops is listed, not a
-    # difference, so a bisect does not blame a commit for logging one more number.
-    common = [k for k in snap.stats if k in replayed.stats]
-    rows = compare_stats({k: snap.stats[k] for k in common}, {k: replayed.stats[k] for k in common},
+    # difference, so a bisect does not blame a commit for logging one more number. The replayed
+    # values are read as the hook read the recorded ones (a 0-dim tensor is its number).
+    stats = plain_stats(replayed.stats)
+    common = [k for k in snap.stats if k in stats]
+    rows = compare_stats({k: snap.stats[k] for k in common}, {k: stats[k] for k in common},
                          rtol=tolerance, atol=tolerance)
     rows.sort(key=lambda r: (r.ok, -relative_diff(r)))  # stable: unmoved rows keep recorded order
-    not_replayed = [k for k in snap.stats if k not in replayed.stats and not is_timing(k) and k != "step"]
-    not_recorded = [k for k in replayed.stats if k not in snap.stats and not is_timing(k)]
+    not_replayed = [k for k in snap.stats if k not in stats and not is_timing(k) and k != "step"]
+    not_recorded = [k for k in stats if k not in snap.stats and not is_timing(k)]
     rec_norm, rep_norm, dn = snap.update_norm, replayed.update_norm, replayed.update_diff_norm
     equal = None if snap.post_update_sha256 is None else snap.post_update_sha256 == replayed.post_update_sha256
-    if tolerance == 0 or equal:
+    unmeasured = tolerance > 0 and equal is False and dn is None
+    if tolerance == 0 or equal or unmeasured:
         params_ok = equal is not False
-    elif dn is not None:
-        params_ok = dn <= tolerance * (1 + (rec_norm or 0.0))
-    else:
-        params_ok = rec_norm is None or rep_norm is None or abs(rec_norm - rep_norm) <= tolerance * (1 + rec_norm)
+    else:   # the distance between the two updates: two of one size in opposite directions differ
+        params_ok = dn is not None and dn <= tolerance * (1 + (rec_norm or 0.0))
     params = {"recorded_sha256": snap.post_update_sha256, "replayed_sha256": replayed.post_update_sha256,
               "digest_equal": equal, "recorded_update_norm": rec_norm, "replayed_update_norm": rep_norm,
               "update_diff_norm": dn, "ok": params_ok}
     all_notes = [*notes, *replayed.notes] + [
         f"the frozen module {n!r} changed during the recorded step and was saved as it was after it: "
         "the replay reads another one than the update did, so it cannot match" for n in snap.meta.get("frozen_changed", [])]
+    if unmeasured:
+        all_notes.append("the parameters differ in bits and how far cannot be measured (the snapshot keeps no "
+                         "post-update weights, or the replayer gives no update_diff_norm): not within a "
+                         "tolerance on that evidence; save with keep_post_update=True")
     if equal is None:
         if not rows:
             raise ReplayError("nothing to compare: no recorded statistic is produced by the update, "

@@ -39,8 +39,6 @@ def replay_reference(snap, bug: str | None = None):
         # a file's word is not enough to start 100,000 threads: at most this machine's cores
         threads = max(1, min(cfg.threads, os.cpu_count() or 1))
         torch.set_num_threads(threads)
-        if snap.num_threads != threads:
-            notes.append(f"recorded with {snap.num_threads} threads, replayed with {threads}")
         tok = build_tokenizer(make_tasks("all"))
         model = Policy(len(tok)).eval()
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.update.lr)

@@ -178,6 +178,39 @@ def test_misuse_is_loud(tmp_path):
         SnapshotHook(tmp_path, every=0)
     with pytest.raises(TypeError):
         SnapshotHook(tmp_path, config={"fn": print})  # not JSON-able: refused at start, not at a spike
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        hook.before_update(-1, model, opt, collect(model, 0))
+
+
+def test_a_batch_holding_more_than_tensors_is_saved_and_replayed_as_it_was(tmp_path):
+    """An HF-style batch (a None mask, a count, nested containers) crashed the run at its first save."""
+    model, opt = make_model()
+    batch = {"x": torch.randn(4, 6), "attention_mask": None, "n_items": 7,
+             "extra": {"pairs": [torch.ones(2), (1, "a")]}}
+    hook = SnapshotHook(tmp_path, every=1)
+    hook.before_update(0, model, opt, batch)
+    hook.after_update(0, {"loss": 1.0})
+    back = load_snapshot(hook.saved[-1]).batch
+    assert back["attention_mask"] is None and back["n_items"] == 7 and back["extra"]["pairs"][1] == (1, "a")
+    assert torch.equal(back["x"], batch["x"]) and torch.equal(back["extra"]["pairs"][0], torch.ones(2))
+    # what cannot be stored is a warning and a missing file, never the end of the training run
+    hook.before_update(1, model, opt, {"x": torch.ones(1), "sampler": object()})
+    with pytest.warns(UserWarning, match="cannot store a object at batch/sampler"):
+        hook.after_update(1, {"loss": 1.0})
+    assert len(hook.kept()) == 1 and "step 1" in hook.errors[0]
+
+
+def test_a_step_number_that_comes_again_never_overwrites_a_saved_step(tmp_path):
+    """Steps counted per epoch: epoch 1's step 0 must not replace epoch 0's spike at step 0."""
+    model, opt = make_model()
+    hook = SnapshotHook(tmp_path, every=1, detectors=SpikeConfig(mad=[], stuck=[], ceilings=[
+        CeilingRule(signal="loss", above=100.0)]))
+    for loss in (1e3, 1.0):   # epoch 0, then epoch 1
+        hook.before_update(0, model, opt, collect(model, 0))
+        hook.after_update(0, {"loss": loss})
+    spike, periodic = (load_snapshot(p) for p in hook.saved)
+    assert [p.name for p in hook.saved] == ["step-000000.pt", "step-000000-1.pt"]
+    assert spike.stats["loss"] == 1e3 and spike.hits and periodic.stats["loss"] == 1.0
 
 
 def test_save_failure_warns_and_training_continues(tmp_path, monkeypatch):

@@ -98,6 +98,18 @@ def test_sign_flip_differs_and_names_what_moved(last):
     assert loose.exit_code == 0 and "within tolerance 1" in loose.output
 
 
+def test_a_tolerance_never_passes_parameters_it_cannot_measure(last, tmp_path):
+    """Without the post-update weights only the two updates' sizes are known: a reversed update has
+    the size of the recorded one, and must not pass as within a tolerance."""
+    snap = load_snapshot(last)
+    snap.post_update = None
+    path = save_snapshot(tmp_path / "no-post.pt", snap)
+    res = cli("replay", str(path), "--bug", "sign_flip", "--tolerance", "1e-3")
+    assert res.exit_code == 1 and "how far cannot be measured" in res.output, res.output
+    assert res.output.strip().splitlines()[-1].endswith("parameters differ")
+    assert cli("replay", str(path), "--tolerance", "1e-3").exit_code == 0   # the same bits still match
+
+
 def test_update_that_raises_is_a_difference(last, tmp_path):
     snap = load_snapshot(last)
     del snap.batch["rewards"]

@@ -64,6 +64,20 @@ def test_the_replayer_named_on_the_command_line_is_used(tmp_path):
         replay(path, replayer=mine, at="HEAD")
 
 
+def test_a_replayer_outside_the_contract_is_no_verdict_and_tensor_stats_are_numbers(tmp_path):
+    path = _snapshot(tmp_path, "anything")
+
+    def unfit(snap, bug):
+        torch.nn.Linear(4, 4).load_state_dict(snap.model)   # another model: RuntimeError, not a finding
+    with pytest.raises(ReplayError, match="the replayer raised RuntimeError: Error"):
+        replay(path, replayer=unfit)
+
+    def tensors(snap, bug):   # stats as 0-dim tensors, as the hook accepts them when recording
+        return Replayed({"loss": torch.tensor(1.0)}, snap.post_update_sha256)
+    report = replay(path, replayer=tensors)
+    assert report.identical and report.rows[0].replayed == 1.0
+
+
 def test_an_installed_registered_replayer_is_found_by_name(tmp_path, monkeypatch):
     (tmp_path / "goodmod.py").write_text(
         "from rlbisect.steps.replay import Replayed\n"
@@ -88,7 +102,8 @@ def test_the_documented_example_of_ones_own_loop_replays_and_promotes(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     trained = subprocess.run([sys.executable, str(example), str(tmp_path / "snaps")], env=env,
                              capture_output=True, text=True, timeout=300)
-    assert trained.returncode == 0 and len(trained.stdout.split()) == 5, trained.stderr
+    printed = trained.stdout.split()   # the files kept: the newest three (keep_last)
+    assert trained.returncode == 0 and len(printed) == 3 and all(Path(p).is_file() for p in printed), trained.stderr
     step = tmp_path / "snaps" / "step-000003.pt"
     replayed = subprocess.run([sys.executable, "-m", "rlbisect", "replay", str(step), "--adapter",
                                f"{example}:adapter"], env=env, capture_output=True, text=True, timeout=300)
