@@ -80,8 +80,13 @@ def replay_at(snapshot_path: str | os.PathLike, checkout: str | os.PathLike,
     except ReplayError as e:
         cause = Cause.TIMEOUT if str(e).startswith("timed out") else Cause.CANNOT_RUN
         return Verdict.SKIP, cause, {}, f"cannot replay here: {e}"
+    if report.error is not None and report.identical:
+        return Verdict.GOOD, Cause.PASSED, {"moved": 0.0}, f"step {snap.step} raises as recorded: {report.error}"
     if report.error is not None:
         return Verdict.BAD, Cause.RAISED, {"moved": -1.0}, f"the update raised: {report.error}"
+    if report.recorded_error is not None:
+        return (Verdict.BAD, Cause.FAILED, {"moved": -1.0},
+                f"step {snap.step} raised {report.recorded_error} when recorded and completes here")
     p = report.params
     values = {"moved": float(len(report.moved)), "digest_equal": float(bool(p["digest_equal"]))}
     if report.rows:

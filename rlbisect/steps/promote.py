@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rlbisect.errors import InputError, RlbisectError
+from rlbisect.errors import InputError, RlbisectError, describe
 from rlbisect.steps.replay import REPLAYERS, ReplayError, UpdateRaised, judge, replay_in_process
 from rlbisect.steps.format import Snapshot, load_snapshot
 
@@ -192,6 +192,8 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
     from rlbisect.check.invariants import INVARIANTS
     if unknown := [n for n in invariants if n not in INVARIANTS]:
         raise PromoteError(f"unknown invariant(s) {unknown}; known: {', '.join(INVARIANTS)}")
+    if invariants:
+        _invariants_hold(invariants, adapter, adapter_opts)
     if snap.config.get("bug"):
         notes.append(f"recorded with fault {snap.config['bug']!r}: the test replays it with that fault")
     name = f"step-{snap.step:06d}.pt"
@@ -211,6 +213,21 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
     except OSError as e:
         raise PromoteError(f"--to {to}: {e.strerror or e}") from None
     return Promoted(test_path, snap_path, invariants, notes, data_path)
+
+
+def _invariants_hold(names: list[str], adapter: str | None, opts: dict | None) -> None:
+    """The invariants the test will assert, run now: a test that cannot run them, or that fails
+    where it is written, would be noise."""
+    from rlbisect.check import DEFAULT_ADAPTER, load_adapter, sanity_checks
+    from rlbisect.check.adapter import REQUIRED
+    try:
+        checked = load_adapter(adapter, require=REQUIRED, **(opts or {})) if adapter else load_adapter(DEFAULT_ADAPTER)
+        results = sanity_checks(checked, only=names)
+    except Exception as e:  # noqa: BLE001 - whatever stops them, the test would stop on it too
+        raise PromoteError(f"the invariants {', '.join(names)} cannot run here: {describe(e)}") from None
+    if failing := [n for n in names if results[n].passed is not True]:
+        raise NotReplayable("the invariants do not pass on the current code: " + "; ".join(
+            f"{n} ({results[n].na})" if results[n].na else f"{n} = {results[n].value:.3g}" for n in failing))
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -182,6 +182,7 @@ class ReplayReport:
     notes: list[str]
     error: str | None = None   # the update raised this
     tolerance: float = 0.0
+    recorded_error: str | None = None   # the recorded step raised this (a step saved by step_failed)
 
     @property
     def exit_code(self) -> int:
@@ -196,8 +197,13 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
           notes: Sequence[str] = ()) -> ReplayReport:
     """Compare a replay with the recording. tolerance 0: bit-exact statistics and parameters;
     X > 0: each statistic within X * (1 + |recorded|), the update within X * (1 + ||update||)."""
-    if replayed is None:  # the update raised: nothing to compare, and that is a difference
-        return ReplayReport(snap.step, False, [], [], [], {}, list(notes), error or "the update raised", tolerance)
+    raised = next((h.signal for h in snap.hits if h.detector == "raised"), None)
+    if replayed is None:  # the update raised: nothing to compare; the same as recorded only if it raised too
+        error = error or "the update raised"
+        return ReplayReport(snap.step, raised is not None and error.split(":", 1)[0] == raised, [], [], [], {},
+                            list(notes), error, tolerance, raised)
+    if raised is not None:   # it raised when recorded: no statistics or weights to compare with
+        return ReplayReport(snap.step, False, [], [], [], {}, [*notes, *replayed.notes], None, tolerance, raised)
     # Only statistics on both sides count: a key a later commit adds or drops is listed, not a
     # difference, so a bisect does not blame a commit for logging one more number. The replayed
     # values are read as the hook read the recorded ones (a 0-dim tensor is its number).
@@ -254,7 +260,10 @@ def _render(report: ReplayReport) -> str:
     lines = [f"replay of step {report.step}"]
     lines += [f"note: {n}" for n in report.notes]
     if report.error is not None:
-        return "\n".join([*lines, f"DIFFERS: the update raised: {report.error}"])
+        return "\n".join([*lines, f"IDENTICAL: the update raises, as the recorded step did: {report.error}"
+                           if report.identical else f"DIFFERS: the update raised: {report.error}"])
+    if report.recorded_error is not None:
+        return "\n".join([*lines, f"DIFFERS: the recorded step raised {report.recorded_error}; the replay completed"])
     lines.append(f"  {'statistic':<16} {'recorded':>18} {'replayed':>18} {'|diff|':>10} {'rel':>9}")
     for r in report.rows:
         diff = "-" if r.abs_diff is None else f"{r.abs_diff:.3g}"

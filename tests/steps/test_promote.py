@@ -116,12 +116,23 @@ def test_refusals_write_nothing(snapshot, tmp_path):
     drifted_path = save_snapshot(tmp_path / "drifted" / "step-000000.pt", drifted)
     no_find = tmp_path / "nofind.json"
     no_find.write_text(json.dumps({"first_bad": None, "probes": []}))
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "replay_my_loop.py"
+    sys.path.insert(0, str(example.parent))
+    try:
+        import replay_my_loop
+        own_step = replay_my_loop.train(str(tmp_path / "own"))[-1]
+    finally:
+        sys.path.remove(str(example.parent))
     for args, code, text in [
         ([str(bad)], 2, "truncated"),
         ([str(drifted_path)], 1, "does not replay on the current code (moved: loss)"),
         ([str(snapshot), "--report", str(no_find)], 2, "no first bad commit"),
         ([str(snapshot), "--report", str(tmp_path / "missing.json")], 2, "missing.json"),
         ([str(snapshot), "--invariant", "no such check"], 2, "unknown invariant"),
+        # the documented own-loop adapter replays but has none of the checks' probe points: the test
+        # it would write fails at once, so none is written
+        ([str(own_step), "--invariant", DIRECTION, "--adapter", f"{example}:adapter"], 2,
+         f"the invariants {DIRECTION} cannot run here"),
     ]:
         res = cli("promote", *args, "--to", str(tests))
         assert res.exit_code == code and text in res.output and res.output.count("\n") == 1, (args, res.output)

@@ -14,7 +14,7 @@ import torch
 
 from rlbisect.steps import SnapshotHook
 from rlbisect.steps.at import replay
-from rlbisect.steps.replay import Replayed, ReplayError
+from rlbisect.steps.replay import Replayed, ReplayError, UpdateRaised, render_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,6 +76,27 @@ def test_a_replayer_outside_the_contract_is_no_verdict_and_tensor_stats_are_numb
         return Replayed({"loss": torch.tensor(1.0)}, snap.post_update_sha256)
     report = replay(path, replayer=tensors)
     assert report.identical and report.rows[0].replayed == 1.0
+
+
+def test_a_step_saved_because_it_raised_replays_as_the_same_error_or_differs(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    hook = SnapshotHook(tmp_path / "snaps", config={"trainer": "anything"})
+    with pytest.raises(FloatingPointError):
+        with hook.update(0, model, None, {"x": torch.ones(2, 3)}):
+            raise FloatingPointError("loss is nan")
+    path = hook.saved[-1]
+
+    def raises(kind):
+        def run(snap, bug):
+            raise UpdateRaised(f"{kind.__name__}: loss is nan")
+        return run
+    same = replay(path, replayer=raises(FloatingPointError))
+    assert same.identical and "IDENTICAL: the update raises, as the recorded step did" in render_report(same)
+    other = replay(path, replayer=raises(KeyError))
+    assert not other.identical and "DIFFERS: the update raised: KeyError" in render_report(other)
+    fixed = replay(path, replayer=lambda snap, bug: Replayed({"loss": 1.0}, snap.post_update_sha256))
+    assert not fixed.identical
+    assert "DIFFERS: the recorded step raised FloatingPointError; the replay completed" in render_report(fixed)
 
 
 def test_an_installed_registered_replayer_is_found_by_name(tmp_path, monkeypatch):
