@@ -61,7 +61,7 @@ def main() -> None:
         for seed in range(1, a.seeds + 1):
             res = check_seeds(lambda sd: make_adapter(seed=sd, kl_coef=s.get("kl_coef", 0.1), **opts), [seed],
                               runs=not a.step0_only)
-            bad += [(seed, name, r.value, r.setting) for name, r in res.items() if not r.passed]
+            bad += [(seed, name, r.value, r.setting) for name, r in res.items() if r.failed]
             na |= {name for name, r in res.items() if r.na}
         total, alarms = total + a.seeds, alarms + bad
         print(f"{label(s):<60} {a.seeds:>5} {len(bad):>12}  {(time.perf_counter() - t) / a.seeds:7.2f}  "

@@ -53,7 +53,7 @@ def checks(fault: str | None, settings: dict, seeds: tuple[int, ...] = (1, 2, 3)
         res = check_seeds(lambda s: make_adapter(seed=s, bug=fault, kl_coef=kl, **opts), list(seeds), runs=True)
     except Exception as e:   # noqa: BLE001 - the code under test raising under the checks: caught (bad)
         return [f"raised under the checks ({type(e).__name__})"]
-    return [name for name, r in res.items() if not r.passed]
+    return [name for name, r in res.items() if r.failed]
 
 
 def default_check(fault: str | None) -> list[str]:

@@ -86,7 +86,7 @@ def main() -> None:
             results = sanity_checks(adapter)
             if args.runs:
                 results = {**results, **run_checks(adapter)}
-        failed = [r.name for r in results.values() if not r.passed]
+        failed = [r.name for r in results.values() if r.failed]
         failures += bool(failed)
         by_design = sum(bool(r.by_design) for r in results.values())
         na = sum(bool(r.na) for r in results.values())

@@ -105,7 +105,7 @@ def main() -> None:
             adapter = demo(**settings_of(cell))
             results = sanity_checks(adapter)
         failed = [f"{r.name} ({r.value:.3g}{' at ' + r.setting if r.setting else ''})"
-                  for r in results.values() if not r.passed]
+                  for r in results.values() if r.failed]
         failures += bool(failed)
         number = {name: i + 1 for i, name in enumerate(results)}
         design = ",".join(str(number[r.name]) for r in results.values() if r.by_design) or "-"

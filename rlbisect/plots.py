@@ -111,12 +111,12 @@ def matrix_heatmap(matrix: dict[str, dict], path: str | Path) -> Path:
             cell = matrix[row][check]
             # n/a and "by design" are neither a pass nor a failure: they get their own colour
             color = "#e0e0e0" if cell.get("na") else "#f6d58e" if cell.get("by_design") else \
-                "#f4a6a6" if not cell["passed"] else "#c9e8c4"
+                "#f4a6a6" if cell["passed"] is False else "#c9e8c4"
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color=color))
             v = cell["value"]
             text = "n/a" if cell.get("na") else "nan" if isinstance(v, float) and math.isnan(v) else f"{v:.2g}"
             ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8,
-                    fontweight="bold" if not cell["passed"] else "normal")
+                    fontweight="bold" if cell["passed"] is False else "normal")
     ax.set_xlim(0, len(checks))
     ax.set_ylim(len(rows), 0)
     ax.set_xticks([j + 0.5 for j in range(len(checks))])

@@ -138,7 +138,7 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
         got = fn(ctx)
         out[name] = CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable) \
             else CheckResult(name, float(got[0]), bool(got[1]), setting=got[2] if len(got) > 2 else "")
-        if not out[name].passed and name in by_design:    # shown with its explanation, not as FAIL
+        if out[name].failed and name in by_design:    # shown with its explanation, not as FAIL
             out[name] = CheckResult(name, out[name].value, True, by_design=by_design[name], setting=out[name].setting)
     return out
 

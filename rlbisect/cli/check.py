@@ -35,12 +35,13 @@ def check_cmd(
 ) -> None:
     """Run the step-0 invariants on one probe batch through the trainer's own code.
 
-    Exit 0 when every check passes (every --checks one), 1 when one fails or the code under test
-    raises or goes NaN under them, 2 on bad input (an option; an --adapter naming no module, file
-    or registered adapter), 125 when the checks could not run at all: the adapter does not fit
-    this code (it or the trainer fails to import, its factory is missing or cannot build the
-    trainer, it raises rlbisect.errors.CannotRun); inside a bisect, an --adapter not found at
-    this commit too. 125 is git bisect run's skip, so a bisect goes around such commits.
+    Exit 0 when no check fails and one ran (an n/a check is neither a pass nor a failure), 1 when
+    one fails or the code under test raises or goes NaN under them, 2 on bad input (an option; an
+    --adapter naming no module, file or registered adapter), 125 when the checks could not run at
+    all: the adapter does not fit this code (it or the trainer fails to import, its factory is
+    missing or cannot build the trainer, it raises rlbisect.errors.CannotRun), or every selected
+    check is n/a; inside a bisect, an --adapter not found at this commit too. 125 is git bisect
+    run's skip, so a bisect goes around such commits.
 
     Example: rlbisect check --bug sign_flip          (or: --adapter my_trainer/rl_adapter.py:make_adapter)
 
@@ -54,6 +55,7 @@ def check_cmd(
     from rlbisect.check import DEFAULT_ADAPTER, check_matrix, load_adapter
     from rlbisect.check.adapter import parse_adapter_opts
     from rlbisect.check.invariants import as_json as to_json
+    from rlbisect.check.results import exit_code
     from rlbisect.check.thresholds import Thresholds
     from rlbisect._proc.forked import usable_cores
     from rlbisect._proc.quiet import stdout_to_stderr
@@ -91,7 +93,7 @@ def check_cmd(
             matrix_heatmap(table, plot_out)
         if as_json:
             typer.echo(json_text(table))
-        raise typer.Exit(0 if all(c["passed"] for c in table["none"].values()) else 1)
+        raise typer.Exit(exit_code(c["passed"] for c in table["none"].values()))
     with stdout_to_stderr(as_json):
         results = run_selected(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs, only)
     if as_json:
@@ -99,20 +101,36 @@ def check_cmd(
     else:
         width = max(len(name) for name in results)
         for r in results.values():
-            at = f"  (probe seed {r.seed})" if len(seeds) > 1 and not r.passed else ""
+            at = f"  (probe seed {r.seed})" if len(seeds) > 1 and r.failed else ""
             if r.na:
                 typer.echo(f"{r.name:<{width}} {'n/a':>10}  ({r.na})")
             elif r.by_design:
                 typer.echo(f"{r.name:<{width}} {r.value:10.3g}  by design: {r.by_design}")
             else:
-                typer.echo(f"{r.name:<{width}} {r.value:10.3g}  {'ok' if r.passed else 'FAIL'}{at}"
-                           + ("" if r.passed else _where(r)))
-        failed = [r.name for r in results.values() if not r.passed]
-        designed = [r.name for r in results.values() if r.by_design]
-        summary = f"FAILED: {'; '.join(failed)}" if failed else \
-            "all checks passed" if only is None else f"all {len(only)} selected checks passed"
-        typer.echo(summary + (f" ({len(designed)} by design: {'; '.join(designed)})" if designed else ""))
-    raise typer.Exit(0 if all(r.passed for r in results.values()) else 1)
+                typer.echo(f"{r.name:<{width}} {r.value:10.3g}  {'FAIL' if r.failed else 'ok'}{at}"
+                           + (_where(r) if r.failed else ""))
+        typer.echo(_summary(results, only is None))
+    raise typer.Exit(exit_code(r.passed for r in results.values()))
+
+
+def _summary(results: dict, every: bool) -> str:
+    """The last line: which failed, else "all passed" only when every check ran, else the counts
+    (an n/a is neither a pass nor a failure: "all 3 selected checks passed" of three n/a misled)."""
+    from rlbisect.check.results import tally
+    ok, failed, na = tally(r.passed for r in results.values())
+    designed = [r.name for r in results.values() if r.by_design]
+    checks = "checks" if every else "selected checks"
+    could_not = f"{na} could not run (n/a)"
+    if failed:
+        line = "FAILED: " + "; ".join(r.name for r in results.values() if r.failed) \
+            + f" ({ok} passed, {failed} failed" + (f", {could_not})" if na else ")")
+    elif not ok:
+        line = f"none of the {na} {checks} could run (n/a): nothing was checked"
+    elif na:
+        line = f"{ok} of {ok + na} {checks} passed, {could_not}, none failed"
+    else:
+        line = "all checks passed" if every else f"all {ok} selected checks passed"
+    return line + (f" ({len(designed)} by design: {'; '.join(designed)})" if designed else "")
 
 
 def _print_matrix_row(fault, results) -> None:

@@ -140,7 +140,7 @@ def check_invariants(here: Path, data: dict) -> None:
     assert data["caught_by"], "the test data names no invariant"
     from rlbisect.check import DEFAULT_ADAPTER, load_adapter, sanity_checks
     results = sanity_checks(_adapter(here, data, ()) if data["adapter"] else load_adapter(DEFAULT_ADAPTER))
-    failing = {name: results[name].value for name in data["caught_by"] if not results[name].passed}
+    failing = {name: results[name].value for name in data["caught_by"] if results[name].failed}
     assert not failing, f"invariants failing again: {failing}"
 
 

@@ -70,3 +70,11 @@ def test_an_adapter_that_says_it_cannot_run_here_is_a_skip(tmp_path):
     code, reply = _probe(tmp_path, "--adapter", f"{tmp_path}/cannot.py:make")
     assert code == 125 and reply["cause"] is Cause.CANNOT_RUN and "no padding API" in reply["reason"]
     assert json.dumps(reply["detail"]) == "{}"
+
+
+def test_a_probe_whose_selected_checks_all_could_not_run_is_a_skip_not_good(tmp_path):
+    """Without a reference model checks 9 and 11 are n/a: nothing judged this commit."""
+    code, reply = _probe(tmp_path, "--kl-coef", "0", "--check", "9,11")
+    assert code == 125 and reply["verdict"] is Verdict.SKIP and reply["cause"] is Cause.CANNOT_RUN
+    code, reply = _probe(tmp_path, "--kl-coef", "0", "--check", "1,9")
+    assert code == 0 and reply["verdict"] is Verdict.GOOD

@@ -35,9 +35,9 @@ def test_check_matrix_json_and_plot(tmp_path):
     table = json.loads(r.output)
     from reference_trainer.faults import BUGS
     assert r.exit_code == 0 and list(table) == ["none", *BUGS]       # a row per fault the adapter lists
-    assert [k for k, v in table["sign_flip"].items() if not v["passed"]] == [
+    assert [k for k, v in table["sign_flip"].items() if v["passed"] is False] == [
         "update raises log pi where A > 0", "advantages = the declared estimator", "mask and advantages = the step's batch"]
-    assert not [k for k, v in table["none"].items() if not v["passed"]]
+    assert not [k for k, v in table["none"].items() if v["passed"] is False]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

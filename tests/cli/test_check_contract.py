@@ -131,3 +131,17 @@ def test_a_failing_line_shows_its_setting_and_detail(tmp_path):
     r = check("--adapter", spec, "--checks", "short runs complete")
     line = next(ln for ln in r.output.splitlines() if ln.startswith("short runs complete"))
     assert r.exit_code == 1 and "FAIL" in line and line.endswith("the trainer's loop raised RuntimeError: the loop is broken")
+
+
+def test_a_check_that_could_not_run_is_neither_a_pass_nor_a_failure():
+    """Without a reference model checks 9 and 11 are n/a: counted as such, never as passes."""
+    r = check("--kl-coef", "0", "--no-runs", "--checks", "9,11")
+    assert r.exit_code == 125 and "none of the 2 selected checks could run (n/a)" in r.output, r.output
+    assert "passed" not in r.output.splitlines()[-1]
+    r = check("--kl-coef", "0", "--no-runs", "--checks", "9,11", "--json")
+    assert r.exit_code == 125 and all(c["passed"] is None and c["na"] for c in json.loads(r.output).values())
+    r = check("--kl-coef", "0", "--no-runs", "--checks", "1,9")
+    assert r.exit_code == 0 and r.output.splitlines()[-1] == "1 of 2 selected checks passed, 1 could not run (n/a), none failed"
+    r = check("--kl-coef", "0", "--no-runs", "--checks", "8,9", "--bug", "sign_flip")
+    assert r.exit_code == 1 and r.output.splitlines()[-1] == \
+        "FAILED: update raises log pi where A > 0 (0 passed, 1 failed, 1 could not run (n/a))"

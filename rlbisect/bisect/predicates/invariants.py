@@ -3,9 +3,10 @@
 The probe is a worker (:mod:`rlbisect._proc.worker`): ``python -I -m`` this module, or a fork of a
 server that imported it. It imports the checker first and only then puts the probe's checkout at
 the front of ``sys.path``: the code under test comes from the commit, the checker from the
-installed package. Good when every check passes, bad when one fails or the code under test raises
-under them, skip when the checks cannot run on this commit (the adapter is not there, does not
-import, comes from outside the checkout, or raises :class:`~rlbisect.errors.CannotRun`). With
+installed package. Good when no check fails (an n/a one is no failure), bad when one fails or the
+code under test raises under them, skip when the checks cannot run on this commit (the adapter is
+not there, does not import, comes from outside the checkout, or raises
+:class:`~rlbisect.errors.CannotRun`; or every check is n/a here). With
 ``--checks`` only the selected checks decide (:func:`run_selected`).
 
     python -I -m rlbisect.bisect.predicates.invariants [--adapter SPEC] [--probe-seeds 1,2] ... --code-dir CHECKOUT --reply FILE
@@ -181,7 +182,10 @@ def _check(a: argparse.Namespace, code_dir: Path) -> Reply:
         raise CannotRun(f"invariants: the adapter came from {origin}, not the checkout")
     results = run_selected(adapters.__getitem__, seeds, None, a.runs, select_checks(a.check) if a.check else None)
     checks = as_json(results)
-    failed = [name for name, r in results.items() if not r.passed]
+    failed = [name for name, r in results.items() if r.failed]
+    if not failed and all(r.na for r in results.values()):     # as `rlbisect check`: 125, skip
+        return Reply(Verdict.SKIP, Cause.CANNOT_RUN, "none of the checks could run here (all n/a)",
+                     detail={"checks": checks})
     return Reply(Verdict.BAD if failed else Verdict.GOOD, Cause.FAILED if failed else Cause.PASSED,
                  "FAILED: " + "; ".join(failed) if failed else "all checks pass",
                  {name: r.value for name, r in results.items() if not r.na}, {"checks": checks})
