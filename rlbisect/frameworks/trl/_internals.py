@@ -284,10 +284,11 @@ def one_step_per_batch(trainer) -> bool:
 def ratio_stats(seen: list) -> dict:
     """ratio_max/min and approx_kl = mean over micro-steps of ((r - 1) - log r) on trained tokens,
     from the log-probs each `_compute_loss` formed and the old ones it was given (none: TRL's
-    fallback, the current ones, ratio 1)."""
+    fallback, the current ones, ratio 1). In float64: at lr 1e-6 a step moves a log-prob by ~1e-5,
+    and in float32 (r - 1) - log r cancels to 0, which check 7 reads as old_logp not frozen."""
     hi, lo, kls = 1.0, 1.0, []
     for logp, old, mask in seen:
-        log_r = (logp - (logp if old is None else old)) * mask
+        log_r = (logp.double() - (logp if old is None else old).double()) * mask
         r = log_r.exp()
         on = mask > 0
         if on.any():

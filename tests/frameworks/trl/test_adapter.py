@@ -185,6 +185,17 @@ def test_trls_default_learning_rate_gives_no_false_alarm_and_still_catches():
     assert not _check(faulty, 9).passed and not _check(faulty, 11).passed
 
 
+
+def test_check_7_measures_a_tiny_update_instead_of_float32_cancellation():
+    """At lr 1e-6 with two optimizer steps per batch approx_kl is ~1e-9: it read 0.0 in float32
+    (exactly what a stale old_logp gives). The default limit (1e-8) is still above it; a limit
+    between the update's value and the stale fault's exact 0 tells them apart."""
+    below = Thresholds(approx_kl=1e-11)
+    healthy = _check(_run(thresholds=below, lr=1e-6, num_iterations=2), 7)
+    assert healthy.value > 1e-11 and healthy.passed, healthy
+    faulty = _check(_run(thresholds=below, bug="old_logp_absent", lr=1e-6, num_iterations=2), 7)
+    assert faulty.value == 0 and faulty.failed, faulty
+
 @pytest.mark.slow
 def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
     """--matrix builds one adapter per fault row from one import of the file: a module-level
