@@ -35,6 +35,7 @@ from rlbisect.check.adapter import Offers, TrainerAdapter
 from rlbisect.check.context import CheckContext, group_advantages, masked_mean, worst  # noqa: F401 (re-exported)
 from rlbisect.check.results import CheckResult, NotApplicable, as_json, over_seeds  # noqa: F401 (re-exported)
 from rlbisect.check.thresholds import Thresholds
+from rlbisect.errors import RlbisectError, describe, printable
 from rlbisect.registry import Registry
 
 
@@ -126,16 +127,29 @@ BUILTIN = tuple(INVARIANTS.names())
 
 
 def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = None,
-                  only: Optional[Collection[str]] = None) -> dict[str, CheckResult]:
+                  only: Optional[Collection[str]] = None, raising: bool = False) -> dict[str, CheckResult]:
     """Run every registered invariant (every one in ``only``) on one probe batch -> {name:
-    CheckResult}, in order."""
-    ctx = CheckContext(adapter, thresholds or Thresholds())
+    CheckResult}, in order. A check whose code raises fails with what it raised and the others
+    still run; with ``raising`` the exception propagates instead (a bisect's worker tells the code
+    under test's from rlbisect's own by its traceback). :class:`~rlbisect.errors.RlbisectError`
+    (``CannotRun`` above all) always propagates: it says the checks cannot run, not that one failed."""
+    checks = [(name, fn) for name, fn in INVARIANTS.items() if only is None or name in only]
+    try:
+        ctx = CheckContext(adapter, thresholds or Thresholds())
+    except Exception as e:
+        if raising or isinstance(e, RlbisectError):
+            raise
+        return {name: _raised(name, e) for name, _ in checks}     # no probe batch: no check can run
     by_design = ctx.offers.capabilities.by_design
     out = {}
-    for name, fn in INVARIANTS.items():
-        if only is not None and name not in only:
+    for name, fn in checks:
+        try:
+            got = fn(ctx)
+        except Exception as e:
+            if raising or isinstance(e, RlbisectError):
+                raise
+            out[name] = _raised(name, e)      # never by design: a check that raised measured nothing
             continue
-        got = fn(ctx)
         out[name] = CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable) \
             else CheckResult(name, float(got[0]), bool(got[1]), setting=got[2] if len(got) > 2 else "")
         if out[name].failed and name in by_design:    # shown with its explanation, not as FAIL
@@ -143,19 +157,26 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
     return out
 
 
+def _raised(name: str, error: Exception) -> CheckResult:
+    what = printable(describe(error))[:200]
+    return CheckResult(name, float("nan"), False,
+                       detail=f"raised {what} (in the adapter or the trainer code it calls)")
+
+
 def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
                 thresholds: Optional[Thresholds] = None, runs: bool = False,
-                only: Optional[Collection[str]] = None, beside: bool = True) -> dict[str, CheckResult]:
+                only: Optional[Collection[str]] = None, beside: bool = True,
+                raising: bool = False) -> dict[str, CheckResult]:
     """The checks (those in ``only``) on one probe batch per seed, merged (:func:`over_seeds`);
     with ``runs`` also the run-level checks (:mod:`rlbisect.check.run_level`, once: they train),
     ``beside`` the step-0 checks in a forked child when a second core is free (its runs A and B
     there, A' here after the step-0 checks). Neither reads what the other did to the adapter: the
-    numbers are the same either way."""
+    numbers are the same either way. ``raising``: as in :func:`sanity_checks`."""
     from rlbisect._proc.forked import started
     from rlbisect.check.run_level import finish, main_run, quiet_run, variant_run
     adapters = {seed: make_adapter(seed) for seed in seeds}
     if not runs:
-        return over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
+        return over_seeds({seed: sanity_checks(a, thresholds, only, raising) for seed, a in adapters.items()})
     first = adapters[seeds[0]]
 
     def main_and_variant():
@@ -163,7 +184,7 @@ def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
         return main, variant_run(first) if main.done is None else None
     later = started(main_and_variant, beside)
     try:
-        out = over_seeds({seed: sanity_checks(a, thresholds, only) for seed, a in adapters.items()})
+        out = over_seeds({seed: sanity_checks(a, thresholds, only, raising) for seed, a in adapters.items()})
         quiet = quiet_run(first)      # here while the child runs A and B: the two cores even out
     except BaseException:
         later.cancel()

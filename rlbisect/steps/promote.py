@@ -139,7 +139,9 @@ def check_invariants(here: Path, data: dict) -> None:
     """The promoted test: the invariants that caught the regression pass."""
     assert data["caught_by"], "the test data names no invariant"
     from rlbisect.check import DEFAULT_ADAPTER, load_adapter, sanity_checks
-    results = sanity_checks(_adapter(here, data, ()) if data["adapter"] else load_adapter(DEFAULT_ADAPTER))
+    # raising: the promoted test shows the exception's own traceback, not a NaN
+    results = sanity_checks(_adapter(here, data, ()) if data["adapter"] else load_adapter(DEFAULT_ADAPTER),
+                            raising=True)
     failing = {name: results[name].value for name in data["caught_by"] if results[name].failed}
     assert not failing, f"invariants failing again: {failing}"
 

@@ -189,3 +189,30 @@ def test_a_nan_the_update_consumes_fails_check_15_instead_of_vanishing_in_a_max(
     adapter.update = nan_update
     r = sanity_checks(adapter)["the update consumes what prepare() returns"]
     assert not r.passed and r.value != r.value
+
+
+def test_a_check_whose_code_raises_fails_with_what_it_raised_and_never_passes():
+    """Even one the adapter declares failing by design: a check that raised measured nothing."""
+    from rlbisect.errors import CannotRun
+    adapter = make_adapter()
+    adapter.__class__ = type("Raising", (type(adapter),), {
+        "pad": lambda self, batch, extra: (_ for _ in ()).throw(KeyError("pad_id")),
+        "capabilities": {"by_design": {"loss invariant to padding": "pads on purpose"}}})
+    res = sanity_checks(adapter)
+    raised = res["loss invariant to padding"]
+    assert raised.failed and not raised.by_design and math.isnan(raised.value)
+    assert raised.detail == "raised KeyError: 'pad_id' (in the adapter or the trainer code it calls)"
+    assert [n for n, r in res.items() if r.failed] == ["loss invariant to padding"]
+    with pytest.raises(KeyError):
+        sanity_checks(adapter, raising=True)
+    adapter.__class__.pad = lambda self, batch, extra: (_ for _ in ()).throw(CannotRun("no pad here"))
+    with pytest.raises(CannotRun):              # the checks cannot run: never a failure
+        sanity_checks(adapter)
+
+
+def test_a_probe_batch_that_raises_fails_every_selected_check():
+    adapter = make_adapter()
+    adapter.probe_batch = lambda: 1 / 0
+    res = sanity_checks(adapter, only=["mask = policy tokens", "ratio = 1 before any step"])
+    assert list(res) == ["mask = policy tokens", "ratio = 1 before any step"]
+    assert all(r.failed and "ZeroDivisionError" in r.detail for r in res.values())

@@ -79,11 +79,31 @@ def test_an_adapter_that_does_not_fit_this_code_cannot_run(tmp_path):
     assert r.exit_code == 125 and "this trainer cannot pad" in r.output
 
 
-def test_the_code_under_test_raising_stays_bad(tmp_path):
+def test_the_code_under_test_raising_fails_its_check_and_the_others_still_run(tmp_path):
     spec = _wrapped(tmp_path, "        def pad(self, batch, extra):\n"
-                              "            raise ValueError('the padding code is broken')\n")
+                              "            raise ValueError('the padding code is broken\\nsecond line')\n")
     r = check("--adapter", spec, "--no-runs")
-    assert r.exit_code == 1 and isinstance(r.exception, ValueError)
+    assert r.exit_code == 1 and not isinstance(r.exception, ValueError), r.output
+    line = next(ln for ln in r.output.splitlines() if ln.startswith("loss invariant to padding"))
+    assert "FAIL  raised ValueError: the padding code is broken (in the adapter or the trainer" in line
+    assert "second line" not in r.output and r.output.splitlines()[-1].startswith("FAILED: loss invariant to padding (")
+    assert "update raises log pi where A > 0" in r.output       # the checks after it ran
+
+
+def test_a_matrix_row_whose_code_raises_is_a_row_of_failures_not_the_end_of_the_matrix(tmp_path):
+    path = tmp_path / "faulty.py"
+    path.write_text("from reference_trainer.adapter import make_adapter as _make\n\n\n"
+                    "def make(bug=None, **kw):\n    base = _make(**kw)\n\n"
+                    "    class Wrapped(type(base)):\n        faults = ['prepare_raises']\n\n"
+                    "        def prepare(self, model, batch):\n"
+                    "            if bug:\n                raise RuntimeError('no grad_fn')\n"
+                    "            return super().prepare(model, batch)\n"
+                    "    base.__class__ = Wrapped\n    return base\n")
+    r = check("--adapter", f"{path}:make", "--no-runs", "--matrix", "--jobs", "2", "--json", "--checks", "1,4,5")
+    table = json.loads(r.output)
+    assert r.exit_code == 0 and list(table) == ["none", "prepare_raises"], r.output
+    assert all(c["passed"] for c in table["none"].values())
+    assert all(c["passed"] is False and "RuntimeError: no grad_fn" in c["detail"] for c in table["prepare_raises"].values())
 
 
 def test_checks_select_by_number_or_name_and_the_others_never_decide():

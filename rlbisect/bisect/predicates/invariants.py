@@ -141,12 +141,14 @@ def _listing(names: list[str]) -> str:
 
 
 def run_selected(make_adapter: Callable[[int], Any], seeds: list[int], thresholds: Any, runs: bool,
-                 only: Sequence[str] | None) -> dict:
+                 only: Sequence[str] | None, raising: bool = False) -> dict:
     """The checks on the adapters ``make_adapter(seed)`` builds -> {name: CheckResult}, only the
     ``only`` checks (all when None): the others are not reported, so they never decide, and
-    the run-level checks (about a second) run only when ``runs`` and one of them is selected."""
+    the run-level checks (about a second) run only when ``runs`` and one of them is selected.
+    ``raising``: as in :func:`~rlbisect.check.invariants.sanity_checks`."""
     from rlbisect.check.invariants import check_seeds
-    results = check_seeds(make_adapter, seeds, thresholds, runs=runs_needed(only, runs), only=only)
+    results = check_seeds(make_adapter, seeds, thresholds, runs=runs_needed(only, runs), only=only,
+                          raising=raising)
     return results if only is None else {n: r for n, r in results.items() if n in only}
 
 
@@ -180,7 +182,9 @@ def _check(a: argparse.Namespace, code_dir: Path) -> Reply:
     if spec == DEFAULT_ADAPTER and code_dir not in origin.resolve().parents:
         # an installed copy of the trainer shadowed the commit's: we would test the wrong code
         raise CannotRun(f"invariants: the adapter came from {origin}, not the checkout")
-    results = run_selected(adapters.__getitem__, seeds, None, a.runs, select_checks(a.check) if a.check else None)
+    # raising: worker_main judges an exception by its traceback, bad (the code under test's) or skip (ours)
+    results = run_selected(adapters.__getitem__, seeds, None, a.runs, select_checks(a.check) if a.check else None,
+                           raising=True)
     checks = as_json(results)
     failed = [name for name, r in results.items() if r.failed]
     if not failed and all(r.na for r in results.values()):     # as `rlbisect check`: 125, skip
