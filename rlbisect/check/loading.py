@@ -77,6 +77,9 @@ def _import_target(spec: str):
         raise AdapterError(f"adapter spec {spec!r} must be MODULE:FACTORY, FILE.py:FACTORY or one of "
                            f"{', '.join(ADAPTERS)}")
     where, name = spec.rsplit(":", 1)
+    if not where.strip() or not name.strip():      # import_module("") raised, read as "does not fit"
+        raise AdapterError(f"adapter spec {spec!r}: the {'module or file' if not where.strip() else 'factory'} "
+                           "is empty (expected MODULE:FACTORY or FILE.py:FACTORY)")
     try:
         if where.endswith(".py"):
             if not Path(where).is_file():
@@ -90,11 +93,19 @@ def _import_target(spec: str):
     except Exception as e:   # the user's module failed to import: say which and why, in one line
         own = isinstance(e, ModuleNotFoundError) and e.name and f"{where}.".startswith(f"{e.name}.")
         kind = AdapterNotFound if own else AdapterUnfit      # not there at all, or there and broken
+        if own and Path(where).is_dir():
+            raise _a_folder(where, name) from None
         raise kind(f"cannot import {where}: {type(e).__name__}: {e}"[:600]) from None
     factory = getattr(module, name, None)
     if not callable(factory):
-        raise AdapterNotFound(f"{where} has no callable {name!r}")
+        # a folder without __init__.py imports as an empty namespace package: it names no factory
+        raise _a_folder(where, name) if Path(where).is_dir() else AdapterNotFound(f"{where} has no callable {name!r}")
     return factory
+
+
+def _a_folder(where: str, name: str) -> AdapterNotFound:
+    return AdapterNotFound(f"adapter {where} is a folder, not a module with {name!r}: give the file "
+                           f"that defines it, e.g. {where.rstrip('/')}/my_adapter.py:{name}")
 
 
 def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) -> Any:

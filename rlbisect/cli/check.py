@@ -61,6 +61,9 @@ def check_cmd(
     from rlbisect._proc.quiet import stdout_to_stderr
     from rlbisect._proc.startup import defer_dynamo
     from rlbisect.tinyagent import first_use_note
+    if adapter is not None and not adapter.strip():     # `adapter or DEFAULT` checked TinyAgent instead
+        raise InputError("--adapter is empty: give MODULE:FACTORY, FILE.py:FACTORY or a registered "
+                         "adapter (leave it out to check TinyAgent)")
     if (plot or jobs) and not matrix:
         raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")
     plot_out, spec = output_path(plot, "--plot", figure=True), adapter or DEFAULT_ADAPTER

@@ -48,6 +48,18 @@ def test_an_adapter_that_names_nothing_is_bad_input_by_hand(tmp_path, monkeypatc
         assert r.exit_code == 2, (spec, r.output)
 
 
+def test_an_empty_adapter_spec_or_a_folder_is_refused_in_one_line(tmp_path, monkeypatch):
+    """--adapter "" checked TinyAgent instead; ":" was exit 125 ("Empty module name")."""
+    monkeypatch.delenv("RLBISECT_PROBE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trainer").mkdir()                    # no __init__.py: a namespace package
+    for spec, said in (("", "--adapter is empty"), (" ", "--adapter is empty"), (":", "the module or file is empty"),
+                       ("x.py:", "the factory is empty"), ("trainer:make", "adapter trainer is a folder"),
+                       ("trainer/:make", "adapter trainer/ is a folder")):
+        r = check("--adapter", spec, "--no-runs")
+        assert r.exit_code == 2 and said in r.output and len(r.output.strip().splitlines()) == 1, (spec, r.output)
+
+
 def test_inside_a_bisect_an_adapter_missing_at_this_commit_is_a_skip(tmp_path, monkeypatch):
     """rlbisect run's command predicate sets RLBISECT_PROBE; git bisect run leaves BISECT_START."""
     monkeypatch.chdir(tmp_path)
