@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# A NaN limit compares false both ways and a negative one lets "must exceed" checks pass on 0:
+# either would turn a check off without saying so, so a limit is finite and >= 0
+Limit = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class Thresholds(BaseModel):
@@ -12,25 +17,25 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    logp_gap: float = Field(1e-4, description="max sampler-vs-trainer |logp| difference on trained tokens")
-    ratio: float = Field(1e-4, description="max |ratio - 1| before any optimizer step")
-    group_mean: float = Field(1e-5, description="max |mean advantage| of a group")
-    padding: float = Field(1e-5, description="max |loss change| from 8 extra pad positions")
-    accumulation: float = Field(1e-4, description="max relative error of the accumulated gradient")
-    approx_kl: float = Field(1e-8, description="approx_kl over one update must exceed this (a stale old_logp gives "
+    logp_gap: Limit = Field(1e-4, description="max sampler-vs-trainer |logp| difference on trained tokens")
+    ratio: Limit = Field(1e-4, description="max |ratio - 1| before any optimizer step")
+    group_mean: Limit = Field(1e-5, description="max |mean advantage| of a group")
+    padding: Limit = Field(1e-5, description="max |loss change| from 8 extra pad positions")
+    accumulation: Limit = Field(1e-4, description="max relative error of the accumulated gradient")
+    approx_kl: Limit = Field(1e-8, description="approx_kl over one update must exceed this (a stale old_logp gives "
                                                 "exactly 0 or float noise; a real update moves it by >1e-5)")
-    correlation: float = Field(0.0, description="corr(change of log pi, advantage) must exceed this")
-    kl_ref: float = Field(0.0, description="KL to the reference after one update must exceed this")
-    clip_leak: float = Field(1e-6, description="max advantage-term gradient, relative to the minibatch's, "
+    correlation: Limit = Field(0.0, description="corr(change of log pi, advantage) must exceed this")
+    kl_ref: Limit = Field(0.0, description="KL to the reference after one update must exceed this")
+    clip_leak: Limit = Field(1e-6, description="max advantage-term gradient, relative to the minibatch's, "
                                                "where the ratio is outside the clip range")
-    group_local: float = Field(1e-6, description="max change of another group's advantage when one group's rewards change")
-    kl_pull: float = Field(0.0, description="relative KL decrease along the KL term's gradient must exceed this")
-    consumed: float = Field(1e-6, description="max difference between what the update's loss consumes "
+    group_local: Limit = Field(1e-6, description="max change of another group's advantage when one group's rewards change")
+    kl_pull: Limit = Field(0.0, description="relative KL decrease along the KL term's gradient must exceed this")
+    consumed: Limit = Field(1e-6, description="max difference between what the update's loss consumes "
                                               "(mask, old log-probs, advantages) and what prepare() returns")
-    objective: float = Field(1e-4, description="max relative error of the loss, in value and in gradient, "
+    objective: Limit = Field(1e-4, description="max relative error of the loss, in value and in gradient, "
                                                "against the declared objective of what it consumed")
-    lr: float = Field(1e-6, description="max relative error of the learning rate against the declared schedule")
-    grad_clip: float = Field(1e-3, description="max relative excess of the gradient norm an optimizer step "
+    lr: Limit = Field(1e-6, description="max relative error of the learning rate against the declared schedule")
+    grad_clip: Limit = Field(1e-3, description="max relative excess of the gradient norm an optimizer step "
                                                "applies over max_grad_norm")
 
     @classmethod

@@ -64,6 +64,15 @@ def folder_path(path: str | None, flag: str) -> Path | None:
     return p
 
 
+def finite(**numbers: float | None) -> None:
+    """Refuse an option that is NaN or infinite (``finite(lr=...)`` names ``--lr``): typer's float
+    options take ``inf`` and ``nan``, and ``min=`` bounds let both through, so the work would run
+    on them and its NaN read as the trainer's fault."""
+    for name, value in numbers.items():
+        if value is not None and not math.isfinite(value):
+            raise InputError(f"--{name.replace('_', '-')}: Input should be a finite number")
+
+
 def json_text(obj: Any) -> str:
     """JSON as other tools read it: a NaN or an infinity (a run that diverged, a crash read as the
     worst outcome) becomes null; Python's json writes them bare, which no JSON parser accepts."""

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import typer
 
-from rlbisect.cli.common import folder_path, output_path
-from rlbisect.errors import InputError
+from rlbisect.cli.common import finite, folder_path, output_path
 
 
 def train_cmd(
@@ -32,9 +29,7 @@ def train_cmd(
     """
     from rlbisect.tinyagent import first_use_note
     from rlbisect.tinyagent.train import TrainSettings, step_line, train
-    for flag, value in (("--lr", lr), ("--kl-coef", kl_coef), ("--temperature", temperature)):
-        if value is not None and not math.isfinite(value):   # an infinite lr trains NaN, then the sampler raises
-            raise InputError(f"{flag}: Input should be a finite number")
+    finite(lr=lr, kl_coef=kl_coef, temperature=temperature)     # an infinite lr trains NaN, then the sampler raises
     if note := first_use_note():
         typer.echo(note, err=True)
     settings = TrainSettings(steps, seed, eval_every, bug, reward, lr, kl_coef, max_turns, loss_mode,

@@ -27,9 +27,12 @@ def test_named_thresholds_and_a_file(tmp_path):
     ({"logp_gap": 0.1, "logp_gapp": 1}, "unknown key 'logp_gapp'"),
     ({"ratio": "big"}, "ratio: Input should be a valid number"),
     ([1, 2], "not a JSON object of limits"),
+    ({"logp_gap": float("nan")}, "logp_gap: Input should be a finite number"),      # no limit at all
+    ({"ratio": float("inf")}, "ratio: Input should be a finite number"),
+    ({"approx_kl": -1}, "approx_kl: Input should be greater than or equal to 0"),   # passes a stale 0
 ])
 def test_a_bad_file_is_refused_naming_what_is_wrong(tmp_path, content, message):
-    (tmp_path / "t.json").write_text(json.dumps(content))
+    (tmp_path / "t.json").write_text(json.dumps(content))     # json writes NaN and Infinity bare, as a user may
     with pytest.raises(InputError, match=message):
         Thresholds.named(str(tmp_path / "t.json"))
 

@@ -177,3 +177,8 @@ def test_a_check_that_could_not_run_is_neither_a_pass_nor_a_failure():
     r = check("--kl-coef", "0", "--no-runs", "--checks", "8,9", "--bug", "sign_flip")
     assert r.exit_code == 1 and r.output.splitlines()[-1] == \
         "FAILED: update raises log pi where A > 0 (0 passed, 1 failed, 1 could not run (n/a))"
+
+
+def test_a_non_finite_kl_coef_is_bad_input_not_five_trainer_faults():
+    r = check("--kl-coef", "inf", "--no-runs")
+    assert r.exit_code == 2 and r.output.strip() == "rlbisect check: --kl-coef: Input should be a finite number", r.output

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from rlbisect.cli.common import distinct, folder_path, json_text, output_path
+from rlbisect.cli.common import distinct, finite, folder_path, json_text, output_path
 from rlbisect.errors import InputError
 
 
@@ -33,3 +33,10 @@ def test_a_folder_to_fill_is_refused_where_a_file_holds_its_name(tmp_path):
     for bad in ("f", "f/sub"):
         with pytest.raises(InputError, match=f"--snapshot-dir {tmp_path}/{bad}: {tmp_path}/f is a file, not a folder"):
             folder_path(str(tmp_path / bad), "--snapshot-dir")
+
+
+def test_finite_refuses_nan_and_infinities_by_flag_and_lets_unset_options_be():
+    finite(lr=6e-4, kl_coef=None, temperature=0.0)
+    for value in (math.inf, -math.inf, math.nan):
+        with pytest.raises(InputError, match="^--kl-coef: Input should be a finite number$"):
+            finite(lr=1.0, kl_coef=value)
