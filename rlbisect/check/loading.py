@@ -117,17 +117,23 @@ def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) 
     folder first on `sys.path`. Each file is imported once per process.
 
     An option the factory does not accept is an error when it was set (not None): silently
-    ignoring `--bug` would check the wrong thing.
+    ignoring `--bug` would check the wrong thing. One left unset (None) reaches only a factory that
+    names it, never its ``**kwargs``.
     """
     from rlbisect.check.adapter import REQUIRED
     factory = _import_target(spec)
-    params = inspect.signature(factory).parameters
-    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    params = {name: p for name, p in inspect.signature(factory).parameters.items()
+              if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values())
     kwargs = {}
     for key, value in options.items():
-        if takes_all or key in params:
+        if key in params:
             kwargs[key] = value
-        elif value is not None:
+        elif value is None:
+            continue        # not given: a **kwargs factory that forwards it (to GRPOConfig) fails on it
+        elif takes_all:
+            kwargs[key] = value
+        else:
             raise AdapterUnfit(f"{spec} does not accept option {key!r}")
     try:
         adapter = factory(**kwargs)

@@ -35,6 +35,15 @@ def test_an_option_the_factory_ignores_is_an_error_when_set(tmp_path):
         load_adapter(f"{f}:factory", bug="sign_flip")
 
 
+def test_a_kwargs_factory_gets_only_the_options_that_were_set(tmp_path):
+    """A factory forwarding **kwargs to GRPOConfig failed on the bug=None it never asked for."""
+    f = tmp_path / "kw.py"
+    f.write_text("from reference_trainer.adapter import make_adapter as _m\n"
+                 "def factory(episodes=64, **cfg):\n    a = _m(episodes=episodes)\n    a.got = cfg\n    return a\n")
+    assert load_adapter(f"{f}:factory", episodes=8, bug=None, kl_coef=0.1).got == {"kl_coef": 0.1}
+    assert load_adapter(f"{f}:factory", bug="sign_flip").got == {"bug": "sign_flip"}
+
+
 def test_incomplete_adapter_and_failing_factory(tmp_path):
     f = tmp_path / "b.py"
     f.write_text("class A:\n    def policy(self): pass\ndef make(): return A()\n"
