@@ -90,17 +90,27 @@ def _import_target(spec: str):
             module = importlib.import_module(where)
     except AdapterError:
         raise
-    except Exception as e:   # the user's module failed to import: say which and why, in one line
+    except (Exception, SystemExit) as e:   # the user's module failed to import: say which and why, in one line
         own = isinstance(e, ModuleNotFoundError) and e.name and f"{where}.".startswith(f"{e.name}.")
         kind = AdapterNotFound if own else AdapterUnfit      # not there at all, or there and broken
         if own and Path(where).is_dir():
             raise _a_folder(where, name) from None
-        raise kind(f"cannot import {where}: {type(e).__name__}: {e}"[:600]) from None
+        raise kind(f"cannot import {where}: {_why(e)}"[:600]) from None
     factory = getattr(module, name, None)
     if not callable(factory):
         # a folder without __init__.py imports as an empty namespace package: it names no factory
         raise _a_folder(where, name) if Path(where).is_dir() else AdapterNotFound(f"{where} has no callable {name!r}")
     return factory
+
+
+def _why(error: BaseException) -> str:
+    """What a failed import or factory raised, in one line. A SystemExit (a script's ``sys.exit()``,
+    argparse on arguments meant for another program) is the adapter's failure too: left to
+    propagate it ended rlbisect with the adapter's exit status and no word (exit 0 for
+    ``sys.exit(0)``)."""
+    if isinstance(error, SystemExit):
+        return f"it called sys.exit({error.code!r})"
+    return f"{type(error).__name__}: {error}"
 
 
 def _a_folder(where: str, name: str) -> AdapterNotFound:
@@ -139,8 +149,8 @@ def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) 
         adapter = factory(**kwargs)
     except CannotRun:
         raise
-    except Exception as e:
-        raise AdapterUnfit(f"{spec} failed: {type(e).__name__}: {e}"[:600]) from None
+    except (Exception, SystemExit) as e:
+        raise AdapterUnfit(f"{spec} failed: {_why(e)}"[:600]) from None
     missing = [m for m in (REQUIRED if require is None else require) if not callable(getattr(adapter, m, None))]
     if missing:
         raise AdapterUnfit(f"{spec} returned an adapter without {', '.join(missing)}")

@@ -44,6 +44,18 @@ def test_a_kwargs_factory_gets_only_the_options_that_were_set(tmp_path):
     assert load_adapter(f"{f}:factory", bug="sign_flip").got == {"bug": "sign_flip"}
 
 
+def test_an_adapter_that_exits_while_loading_could_not_be_loaded(tmp_path):
+    """Its SystemExit(0) was rlbisect's own: exit 0, no output, nothing checked."""
+    from rlbisect.check.loading import AdapterUnfit
+    (tmp_path / "exits.py").write_text("raise SystemExit(0)\n")
+    (tmp_path / "argv.py").write_text("import sys\ndef make(**kw):\n    sys.exit('usage: train.py --lr LR')\n")
+    for spec, said in ((f"{tmp_path}/exits.py:make", "cannot import"),
+                       (f"{tmp_path}/argv.py:make", "failed: it called sys.exit('usage: train.py --lr LR')")):
+        with pytest.raises(AdapterUnfit, match="it called sys.exit") as e:
+            load_adapter(spec)
+        assert said in str(e.value) and e.value.exit_code == 125
+
+
 def test_incomplete_adapter_and_failing_factory(tmp_path):
     f = tmp_path / "b.py"
     f.write_text("class A:\n    def policy(self): pass\ndef make(): return A()\n"

@@ -182,3 +182,10 @@ def test_a_check_that_could_not_run_is_neither_a_pass_nor_a_failure():
 def test_a_non_finite_kl_coef_is_bad_input_not_five_trainer_faults():
     r = check("--kl-coef", "inf", "--no-runs")
     assert r.exit_code == 2 and r.output.strip() == "rlbisect check: --kl-coef: Input should be a finite number", r.output
+
+
+def test_an_adapter_that_exits_while_loading_is_an_adapter_failure_not_our_exit(tmp_path):
+    (tmp_path / "exits.py").write_text("raise SystemExit(0)\n")
+    r = check("--adapter", f"{tmp_path}/exits.py:make", "--no-runs")
+    assert r.exit_code == 125 and r.output.strip().endswith("exits.py: it called sys.exit(0)"), r.output
+    assert len(r.output.strip().splitlines()) == 1
