@@ -136,6 +136,7 @@ class Offers:
     capabilities: Capabilities
     objective: str               # the objective's kind
     spec: Optional[Objective]    # the objective in full, when declared
+    objective_why: str           # why it is only a kind, when the adapter says
     faults: tuple[str, ...]
     with_rewards: Optional[Callable]
     train_run: Optional[Callable]
@@ -166,7 +167,7 @@ class Offers:
         if run_variant is None:      # every variant at once, a later one winning a setting both make
             run_variant = {k: v for settings in variants.values() for k, v in settings.items()}
         return cls(capabilities_of(adapter), spec.kind if spec else str(declared), spec,
-                   tuple(getattr(adapter, "faults", None) or ()), member("with_rewards"),
+                   str(getattr(adapter, "objective_why", "") or ""), tuple(getattr(adapter, "faults", None) or ()), member("with_rewards"),
                    train_run, member("run_spec"), dict(variants), dict(run_variant), member("with_settings"),
                    member("environment"), member("replay"), _takes(member("log_probs"), "rows"),
                    _takes(member("loss"), "ref"), _takes(member("loss"), "tap"), _takes(member("update"), "tap"),

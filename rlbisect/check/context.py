@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from contextlib import nullcontext
 from functools import cached_property
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from rlbisect.check.adapter import Offers, Prepared, TrainerAdapter
@@ -91,8 +91,12 @@ class CheckContext:
 
     @cached_property
     def one_pass(self) -> tuple[torch.Tensor, float]:          # (gradient, loss) of the microbatch, one backward
+        return self.gradient(self.batch, self.microbatch, self.prep)
+
+    def gradient(self, batch: Any, rows: torch.Tensor, prep: Prepared) -> tuple[torch.Tensor, float]:
+        """(gradient, loss) of the adapter's loss of ``rows``, one backward, the model left clean."""
         self.model.zero_grad()
-        loss, _ = self.adapter.loss(self.model, self.batch, self.microbatch, self.prep)
+        loss, _ = self.adapter.loss(self.model, batch, rows, prep)
         loss.backward()
         grad = _flat_grad(self.model)
         self.model.zero_grad()

@@ -45,8 +45,8 @@ def _groups(ctx):
 
 def _declared(ctx):
     if ctx.offers.spec is None:
-        return NotApplicable(f"the adapter declares its objective only as {ctx.offers.objective!r}, "
-                             "not as an rlbisect.check.spec.Objective")
+        why = ctx.offers.objective_why or "not as an rlbisect.check.spec.Objective"
+        return NotApplicable(f"the adapter declares its objective only as {ctx.offers.objective!r}: {why}")
     return ctx.offers.spec
 
 

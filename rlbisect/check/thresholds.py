@@ -20,7 +20,7 @@ class Thresholds(BaseModel):
     logp_gap: Limit = Field(1e-4, description="max sampler-vs-trainer |logp| difference on trained tokens")
     ratio: Limit = Field(1e-4, description="max |ratio - 1| before any optimizer step")
     group_mean: Limit = Field(1e-5, description="max |mean advantage| of a group")
-    padding: Limit = Field(1e-5, description="max |loss change| from 8 extra pad positions")
+    padding: Limit = Field(1e-5, description="max |loss change| and relative gradient change from 8 extra pad positions")
     accumulation: Limit = Field(1e-4, description="max relative error of the accumulated gradient")
     approx_kl: Limit = Field(1e-8, description="approx_kl over one update must exceed this (a stale old_logp gives "
                                                 "exactly 0 or float noise; a real update moves it by >1e-5)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from rlbisect.cli.common import finite, json_text, output_path, probe_seed_list
+from rlbisect.cli.common import finite, given_adapter, json_text, output_path, probe_seed_list
 from rlbisect.errors import CannotRun, InputError, RlbisectError, printable
 
 
@@ -61,9 +61,7 @@ def check_cmd(
     from rlbisect._proc.quiet import stdout_to_stderr
     from rlbisect._proc.startup import defer_dynamo
     from rlbisect.tinyagent import first_use_note
-    if adapter is not None and not adapter.strip():     # `adapter or DEFAULT` checked TinyAgent instead
-        raise InputError("--adapter is empty: give MODULE:FACTORY, FILE.py:FACTORY or a registered "
-                         "adapter (leave it out to check TinyAgent)")
+    adapter = given_adapter(adapter)
     finite(kl_coef=kl_coef)       # an infinite KL weight gave NaN losses: five FAILs blamed on the trainer
     if (plot or jobs) and not matrix:
         raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")

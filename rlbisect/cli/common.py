@@ -73,6 +73,15 @@ def finite(**numbers: float | None) -> None:
             raise InputError(f"--{name.replace('_', '-')}: Input should be a finite number")
 
 
+def given_adapter(spec: str | None) -> str | None:
+    """``--adapter`` as given, None when left out. An empty one (``--adapter "$UNSET"``) is
+    refused: read as left out, it checked or replayed TinyAgent in place of the user's trainer."""
+    if spec is not None and not spec.strip():
+        raise InputError("--adapter is empty: give MODULE:FACTORY, FILE.py:FACTORY or a registered "
+                         "adapter (leave it out for TinyAgent)")
+    return spec
+
+
 def json_text(obj: Any) -> str:
     """JSON as other tools read it: a NaN or an infinity (a run that diverged, a crash read as the
     worst outcome) becomes null; Python's json writes them bare, which no JSON parser accepts."""

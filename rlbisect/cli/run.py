@@ -15,7 +15,8 @@ import typer
 from rlbisect.bisect.options import BisectOptions as B
 from rlbisect.bisect.predicates.invariants import InvariantsOptions as I
 from rlbisect.bisect.predicates.short_run import ShortRunOptions as S
-from rlbisect.cli.common import bisect_options, distinct, doc, json_text, output_path, probe_seed_list
+from rlbisect.cli.common import (bisect_options, distinct, doc, finite, given_adapter, json_text, output_path,
+                                 probe_seed_list)
 from rlbisect.errors import InputError, Interrupted
 from rlbisect.runs.read import parse_metric_map
 
@@ -112,6 +113,8 @@ def run_cmd(
     from rlbisect.bisect.timeline import draw
     from rlbisect.bisect.terms import parse_terms
     from rlbisect.tinyagent import first_use_note
+    adapter = given_adapter(adapter)
+    finite(min_effect=min_effect, ray_gpus=ray_gpus)
     if terms is not None and find_fix:
         raise InputError("give --terms OLD,NEW or --find-fix (broken,fixed), not both")
     options = bisect_options(first_parent=first_parent, timeout=timeout, use_cache=not no_cache,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlbisect.cli.common import json_text
+from rlbisect.cli.common import finite, given_adapter, json_text
 
 
 def inspect_cmd(path: str = typer.Argument(..., help="a step-NNNNNN.pt snapshot file"),
@@ -43,7 +43,8 @@ def replay_cmd(
     from rlbisect.steps.at import replay
     from rlbisect.steps.replay import render_report, report_json
     from rlbisect.steps.at import adapter_replayer
-    replayer = adapter_replayer(adapter, adapter_opt, bug) if adapter else None
+    finite(tolerance=tolerance)   # an infinite one passes every difference
+    replayer = adapter_replayer(adapter, adapter_opt, bug) if given_adapter(adapter) else None
     report = replay(path, bug=bug, at=at, repo=repo, tolerance=tolerance, timeout=timeout, replayer=replayer)
     typer.echo(json_text(report_json(report)) if as_json else render_report(report))
     raise typer.Exit(report.exit_code)
@@ -68,7 +69,8 @@ def promote_cmd(
     """
     from rlbisect.steps.promote import promote
     from rlbisect.check.adapter import parse_adapter_opts
+    finite(tolerance=tolerance)
     done = promote(path, to, report, force=force, tolerance=tolerance, invariants=invariant or None,
-                   adapter=adapter, adapter_opts=parse_adapter_opts(adapter_opt))
+                   adapter=given_adapter(adapter), adapter_opts=parse_adapter_opts(adapter_opt))
     for line in [*done.notes, f"wrote {done.test}", *([f"wrote {done.data}"] if done.data else []), f"wrote {done.snapshot}"]:
         typer.echo(line)

@@ -52,6 +52,16 @@ def test_healthy_values_are_within_the_chapters_margins(matrix):
     assert v["KL to reference > 0 after a step"] > 0
 
 
+@pytest.mark.parametrize("bug", ["mask_shift", "pad_in_mask"])
+def test_padding_is_seen_in_the_gradient_where_a_per_sequence_mean_hides_it_in_the_loss(bug):
+    """At ratio 1 each row's token mean is -A whatever its mask covers: the loss cannot move."""
+    check = "loss invariant to padding"
+    clean = sanity_checks(make_adapter(loss_mode="seq_mean_token_mean"), only=[check])[check]
+    faulty = sanity_checks(make_adapter(loss_mode="seq_mean_token_mean", bug=bug), only=[check])[check]
+    assert clean.passed and clean.value < 1e-6
+    assert faulty.passed is False and faulty.value > 1e-2
+
+
 def test_without_a_reference_the_kl_checks_say_they_do_not_apply():
     res = sanity_checks(make_adapter(kl_coef=0.0))
     for name in ("KL to reference > 0 after a step", "KL term pulls toward the reference"):

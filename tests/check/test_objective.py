@@ -52,6 +52,11 @@ def test_na_where_the_adapter_declares_or_shows_too_little():
     for name in ("advantages = the declared estimator", "loss = the declared objective",
                  "reference log-probs = the reference's"):
         assert res[name].passed is None and "declares its objective only as 'ppo-clip'" in res[name].na
+    # an adapter that says why (TRL's use_bias_correction_kl): the reason is what the user reads
+    adapter.objective_why = "use_bias_correction_kl (the KL term times the importance ratio)"
+    res = sanity_checks(adapter, only=["loss = the declared objective"])
+    assert res["loss = the declared objective"].na.endswith("only as 'ppo-clip': use_bias_correction_kl "
+                                                             "(the KL term times the importance ratio)")
     adapter = make_adapter()
     loss = adapter.loss
     adapter.loss = lambda model, batch, rows, prep, ref=None: loss(model, batch, rows, prep, ref)   # no tap

@@ -40,3 +40,17 @@ def test_finite_refuses_nan_and_infinities_by_flag_and_lets_unset_options_be():
     for value in (math.inf, -math.inf, math.nan):
         with pytest.raises(InputError, match="^--kl-coef: Input should be a finite number$"):
             finite(lr=1.0, kl_coef=value)
+
+
+@pytest.mark.parametrize("args", [["replay", "x.pt", "--adapter", ""], ["promote", "x.pt", "--to", ".", "--adapter", " "],
+                                  ["run", "HEAD~1..HEAD", "--predicate", "invariants", "--adapter", ""],
+                                  ["replay", "x.pt", "--tolerance", "inf"], ["promote", "x.pt", "--to", ".", "--tolerance", "inf"],
+                                  ["run", "HEAD~1..HEAD", "--flaky", "--min-effect", "inf", "--", "true"]])
+def test_an_empty_adapter_or_an_infinite_bound_is_refused_by_every_command(args):
+    """An unset "$ADAPTER" replayed or bisected TinyAgent instead; --tolerance inf passed every difference."""
+    from typer.testing import CliRunner
+
+    from rlbisect.cli.app import app
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "--adapter is empty" in r.output or "should be a finite number" in r.output
