@@ -61,7 +61,7 @@ def check_cmd(
     from rlbisect._proc.quiet import stdout_to_stderr
     from rlbisect._proc.startup import defer_dynamo
     from rlbisect.tinyagent import first_use_note
-    adapter = given_adapter(adapter)
+    given_adapter(adapter)
     finite(kl_coef=kl_coef)       # an infinite KL weight gave NaN losses: five FAILs blamed on the trainer
     if (plot or jobs) and not matrix:
         raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")

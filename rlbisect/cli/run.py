@@ -113,7 +113,7 @@ def run_cmd(
     from rlbisect.bisect.timeline import draw
     from rlbisect.bisect.terms import parse_terms
     from rlbisect.tinyagent import first_use_note
-    adapter = given_adapter(adapter)
+    given_adapter(adapter)
     finite(min_effect=min_effect, ray_gpus=ray_gpus)
     if terms is not None and find_fix:
         raise InputError("give --terms OLD,NEW or --find-fix (broken,fixed), not both")
