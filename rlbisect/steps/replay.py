@@ -202,8 +202,12 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
         error = error or "the update raised"
         return ReplayReport(snap.step, raised is not None and error.split(":", 1)[0] == raised, [], [], [], {},
                             list(notes), error, tolerance, raised)
-    if raised is not None:   # it raised when recorded: no statistics or weights to compare with
+    # It raised when recorded, and this replay completed: the same update only if it leaves the
+    # weights the recorded step left (the error came after it, in an evaluation), else a fix.
+    if raised is not None and snap.post_update_sha256 != replayed.post_update_sha256:
         return ReplayReport(snap.step, False, [], [], [], {}, [*notes, *replayed.notes], None, tolerance, raised)
+    if raised is not None:
+        notes = [*notes, f"the recorded step raised {raised} after its update, which replays as it ran"]
     # Only statistics on both sides count: a key a later commit adds or drops is listed, not a
     # difference, so a bisect does not blame a commit for logging one more number. The replayed
     # values are read as the hook read the recorded ones (a 0-dim tensor is its number).

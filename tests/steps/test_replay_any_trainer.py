@@ -94,9 +94,12 @@ def test_a_step_saved_because_it_raised_replays_as_the_same_error_or_differs(tmp
     assert same.identical and "IDENTICAL: the update raises, as the recorded step did" in render_report(same)
     other = replay(path, replayer=raises(KeyError))
     assert not other.identical and "DIFFERS: the update raised: KeyError" in render_report(other)
-    fixed = replay(path, replayer=lambda snap, bug: Replayed({"loss": 1.0}, snap.post_update_sha256))
+    fixed = replay(path, replayer=lambda snap, bug: Replayed({"loss": 1.0}, "f" * 64))   # it updates now
     assert not fixed.identical
     assert "DIFFERS: the recorded step raised FloatingPointError; the replay completed" in render_report(fixed)
+    # weights left as the recorded step left them: the error came after the update (an evaluation)
+    after = replay(path, replayer=lambda snap, bug: Replayed({"loss": 1.0}, snap.post_update_sha256))
+    assert after.identical and "raised FloatingPointError after its update" in render_report(after)
 
 
 def test_an_installed_registered_replayer_is_found_by_name(tmp_path, monkeypatch):
