@@ -26,12 +26,13 @@ GIT_OPTS = ("-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", "-c", "maintena
             "-c", "protocol.file.allow=always", "--no-pager")
 _ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C", "LANGUAGE": "C",
         "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
-#: The ``GIT_*`` variables passed on: who commits, and how git reaches a remote. Every other one
+#: The ``GIT_*`` variables passed on: who commits, how git reaches a remote, whether git-lfs
+#: fetches the large files (a checkout that would fail without them, as the user's own). Every other one
 #: (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_OBJECT_DIRECTORY, GIT_ALTERNATE_OBJECT_DIRECTORIES,
 #: GIT_COMMON_DIR, GIT_NAMESPACE, GIT_CONFIG*, GIT_CEILING_DIRECTORIES, GIT_REPLACE_REF_BASE,
 #: GIT_SHALLOW_FILE, GIT_EXEC_PATH, ...) can point git at another repository, index, object store,
 #: config or namespace, or make it run other programs: it is removed.
-KEPT = frozenset({"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
+KEPT = frozenset({"GIT_LFS_SKIP_SMUDGE", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
                   "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE", "GIT_SSH", "GIT_SSH_COMMAND",
                   "GIT_SSH_VARIANT", "GIT_SSL_NO_VERIFY", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH",
                   "GIT_HTTP_LOW_SPEED_LIMIT", "GIT_HTTP_LOW_SPEED_TIME", "GIT_HTTP_USER_AGENT"})
@@ -148,7 +149,8 @@ class Repo:
             raise InputError(f"empty range: GOOD and BAD are the same commit {good[:12]}")
         if not self.is_ancestor(good, bad):
             hint = ("BAD is an ancestor of GOOD: did you swap them?" if self.is_ancestor(bad, good)
-                    else "they are on diverged or unrelated histories")
+                    else "this is a shallow clone, and GOOD may lie past its edge (git fetch --unshallow)"
+                    if (self.common_dir / "shallow").is_file() else "they are on diverged or unrelated histories")
             raise InputError(f"GOOD {good[:12]} is not an ancestor of BAD {bad[:12]}: {hint}")
         return good, bad
 
@@ -173,6 +175,20 @@ class Repo:
     def show(self, sha: str) -> str:
         """The commit's message, stat and patch (what the demo prints for a culprit)."""
         return self._git("show", "--stat", "--patch", "--format=%n%H %s%n", sha, "--")
+
+    def object_format(self) -> str:
+        """``sha1`` or ``sha256``: a private repository reading these objects must use the same."""
+        status, out, _ = self._git_status("rev-parse", "--show-object-format")
+        return out.strip() if status == 0 and out.strip() else "sha1"
+
+    def checkout_config(self) -> list[tuple[str, str]]:
+        """The repository's own settings that decide what a checkout writes: its filters (git-lfs
+        installed with ``--local``, git-crypt), line endings. A private checkout without them
+        would hand the predicate the stored form (a pointer, ciphertext) instead of the user's file."""
+        status, out, _ = self._git_status("config", "--local", "-z", "--get-regexp",
+                                          r"^(filter\.|lfs\.|core\.(autocrlf|eol|safecrlf|checkroundtripencoding)$)")
+        pairs = [entry.split("\n", 1) for entry in out.split("\0") if entry] if status == 0 else []
+        return [(kv[0], kv[1] if len(kv) > 1 else "true") for kv in pairs]
 
     def read_ref_table(self) -> str:
         """Every ref but the user's bisect state, as ``packed-refs`` lines for a private copy."""

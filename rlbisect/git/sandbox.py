@@ -43,9 +43,11 @@ class CheckoutError(GitError):
 
 
 def _init_private(dest: Path, objects: Path, refs: str = "", shallow: Path | None = None,
-                  hooks: Path | None = None) -> None:
-    """A repository at ``dest`` that reads ``objects`` in place and writes only to itself."""
-    git(dest.parent, "init", "-q", "--template=", str(dest))
+                  hooks: Path | None = None, like: Repo | None = None) -> None:
+    """A repository at ``dest`` that reads ``objects`` in place and writes only to itself; ``like``:
+    the user's repository, whose object format, filters and attributes its checkouts follow."""
+    fmt = like.object_format() if like is not None else "sha1"
+    git(dest.parent, "init", "-q", "--template=", *([f"--object-format={fmt}"] if fmt != "sha1" else []), str(dest))
     info = dest / ".git" / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "alternates").write_text(f"{objects}\n")
@@ -59,6 +61,13 @@ def _init_private(dest: Path, objects: Path, refs: str = "", shallow: Path | Non
         sections.setdefault(section, []).append(f"\t{name} = {value}\n")
     with (dest / ".git" / "config").open("a") as f:
         f.writelines(f"[{section}]\n{''.join(lines)}" for section, lines in sections.items())
+    if like is not None:
+        for key, value in like.checkout_config():   # git writes them: it quotes what needs quoting
+            git(dest, "config", "--add", key, value)
+        attributes = like.common_dir / "info" / "attributes"
+        if attributes.is_file():
+            (dest / ".git" / "info").mkdir(exist_ok=True)
+            shutil.copy(attributes, dest / ".git" / "info" / "attributes")
 
 
 @dataclass
@@ -102,7 +111,7 @@ class Sandbox:
             (self.tmp / "no-hooks").mkdir()
             self.private = self.tmp / "repo"
             _init_private(self.private, repo.common_dir / "objects", repo.read_ref_table(),
-                          repo.common_dir / "shallow", self.tmp / "no-hooks")
+                          repo.common_dir / "shallow", self.tmp / "no-hooks", like=repo)
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
@@ -232,7 +241,7 @@ def node_checkout(repo_path: str, clone_url: str | None, commit: str, dest: Path
             raise GitError(f"{repo_path} is not visible on node {socket.gethostname()}: "
                            "give --clone-url")
         repo = Repo.open(repo_path)
-        _init_private(dest, repo.common_dir / "objects", repo.read_ref_table())
+        _init_private(dest, repo.common_dir / "objects", repo.read_ref_table(), like=repo)
         modules, root = [repo.common_dir / "modules"], repo.root
     else:
         git(dest.parent, "clone", "-q", "--no-checkout", "--template=", clone_url, str(dest))

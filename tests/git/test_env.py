@@ -48,6 +48,8 @@ def test_every_redirecting_variable_is_removed_and_identity_and_transport_are_ke
            "GIT_AUTHOR_NAME": "me", "GIT_SSH_COMMAND": "ssh -i k", "HOME": "/h"}
     assert scrubbed(env) == {"GIT_AUTHOR_NAME": "me", "GIT_SSH_COMMAND": "ssh -i k", "HOME": "/h"}
     assert not {k for k in KEPT if k in REDIRECTING}
+    # a clone whose large files were never fetched checks out with pointers, as the user's own does
+    assert scrubbed({"GIT_LFS_SKIP_SMUDGE": "1"}) == {"GIT_LFS_SKIP_SMUDGE": "1"}
 
 
 def test_the_repository_is_located_once_through_git_dir_and_read_with_its_own(tiny_repo, monkeypatch):

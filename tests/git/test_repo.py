@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from rlbisect.errors import InputError
@@ -34,6 +36,16 @@ def test_unrelated_endpoints_and_diverged_branches_are_rejected(tiny_repo):
     r = tiny_repo(["good", "good", "bad"], parents=[[], [0], [0]])
     with pytest.raises(InputError, match="diverged or unrelated"):
         Repo.open(r.path).resolve_range(f"{r.shas[1]}..{r.shas[2]}")
+
+
+def test_a_good_commit_past_a_shallow_clones_edge_says_so(tiny_repo, tmp_path):
+    r = tiny_repo(["good", "good", "good", "bad"])
+    r.git("tag", "v0", r.shas[0])
+    clone = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{r.path}", str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "fetch", "-q", "--depth", "1", "origin", "tag", "v0"], check=True)
+    with pytest.raises(InputError, match=r"shallow clone, and GOOD may lie past its edge \(git fetch --unshallow\)"):
+        Repo.open(clone).resolve_range("v0..HEAD")
 
 
 def test_not_a_repository(tmp_path):

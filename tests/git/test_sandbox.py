@@ -125,3 +125,44 @@ def test_a_submodule_commit_not_available_locally_is_a_clear_error(tmp_path):
             sb.checkout(head)
 
 
+
+
+def _committed(path, files_by_commit, fmt: str = "sha1") -> list[str]:
+    """A repository at ``path`` with one commit per dict of files -> the commit ids."""
+    if not (path / ".git").is_dir():
+        subprocess.run(["git", "init", "-q", "-b", "main", f"--object-format={fmt}", str(path)], check=True)
+    shas = []
+    for files in files_by_commit:
+        for name, text in files.items():
+            (path / name).write_text(text)
+        git(path, "add", "-A")
+        git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+        shas.append(git(path, "rev-parse", "HEAD").strip())
+    return shas
+
+
+def test_a_checkout_applies_the_repositorys_own_filters_as_the_users_does(tmp_path):
+    """A filter set in .git/config (git-crypt, `git lfs install --local`): without it every probe
+    read the stored form, so the commit that adopted the filter looked like the regression."""
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    git(repo, "config", "filter.rev.clean", "rev")
+    git(repo, "config", "filter.rev.smudge", "rev")
+    shas = _committed(repo, [{".gitattributes": "secret.txt filter=rev\n", "secret.txt": "plain text\n"}])
+    stored = git(repo, "cat-file", "-p", f"{shas[0]}:secret.txt")
+    assert stored.strip() == "txet nialp"     # the clean filter ran: the object holds the stored form
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("*.md eol=crlf\n")
+    with Sandbox(Repo.open(repo)) as sb:
+        wt = sb.checkout(shas[0])
+        assert (wt / "secret.txt").read_text() == "plain text\n"
+        assert (sb.private / ".git" / "info" / "attributes").read_text() == "*.md eol=crlf\n"
+
+
+def test_a_sha256_repository_is_bisected_like_any_other(tmp_path):
+    repo = tmp_path / "r"
+    shas = _committed(repo, [{"v": "good\n"}, {"v": "good\n", "n": "1"}, {"v": "bad\n"}], fmt="sha256")
+    assert len(shas[0]) == 64
+    with Sandbox(Repo.open(repo)) as sb:
+        step = sb.bisect_start(shas[0], shas[-1])
+        assert (sb.checkout(step.commit) / "v").read_text() in ("good\n", "bad\n")
