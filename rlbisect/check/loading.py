@@ -165,15 +165,20 @@ ADAPTERS.register("trl-demo", "rlbisect.frameworks.trl:demo")
 ADAPTERS.register("verl-demo", "rlbisect.frameworks.verl:demo")
 
 
-def parse_adapter_opts(pairs: list[str] | None) -> dict[str, Any]:
+def parse_adapter_opts(pairs: list[str] | None, flags: dict[str, str] | None = None) -> dict[str, Any]:
     """``KEY=VALUE`` pairs (``--adapter-opt``) -> factory keyword arguments; a value that reads as
-    JSON (a number, true/false, null, a list) is passed as that, anything else as a string."""
+    JSON (a number, true/false, null, a list) is passed as that, anything else as a string.
+    ``flags``: the factory arguments the command sets itself, each with its flag: given here too,
+    the factory got it twice and raised."""
     import json
+    flags = flags or {}
     out: dict[str, Any] = {}
     for pair in pairs or []:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip().isidentifier():
             raise AdapterError(f"--adapter-opt {pair!r}: expected KEY=VALUE, e.g. temperature=0.7")
+        if key.strip() in flags:
+            raise AdapterError(f"--adapter-opt {pair!r}: {key.strip()} is set by {flags[key.strip()]}; give it there")
         try:
             out[key.strip()] = json.loads(value)
         except ValueError:

@@ -66,7 +66,8 @@ def check_cmd(
     if (plot or jobs) and not matrix:
         raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")
     plot_out, spec = output_path(plot, "--plot", figure=True), adapter or DEFAULT_ADAPTER
-    seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt)
+    seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt, {
+        "bug": "--bug", "seed": "--seed or --probe-seeds", "episodes": "--episodes", "kl_coef": "--kl-coef"})
     limits = Thresholds.named(thresholds)
     only = select_checks(checks) if checks else None
     runs_needed(only, runs)     # run-level checks selected with --no-runs: refused before any work
@@ -103,7 +104,7 @@ def check_cmd(
     else:
         width = max(len(name) for name in results)
         for r in results.values():
-            at = f"  (probe seed {r.seed})" if len(seeds) > 1 and r.failed else ""
+            at = f"  (probe seed {r.seed})" if len(seeds) > 1 and r.failed and r.seed is not None else ""
             if r.na:
                 typer.echo(f"{r.name:<{width}} {'n/a':>10}  ({r.na})")
             elif r.by_design:

@@ -12,7 +12,7 @@ from rlbisect.errors import Interrupted
 
 def demo_cmd(
     fault: str = typer.Option("sign_flip", "--fault", help="the fault one commit introduces, e.g. mask_shift (an unknown name lists them all)"
-                              + " (entropy_sign and public_reward need --predicate short-run)"),
+                              + " (public_reward needs --predicate short-run)"),
     commits: int = typer.Option(8, "--commits", min=1, help="commits after the initial import"),
     bad_at: int = typer.Option(None, "--bad-at", min=1, help="position of the faulty commit, 1..COMMITS (default 3)"),
     keep: str = typer.Option(None, "--keep", help="build (or reuse) the history here and keep it"),

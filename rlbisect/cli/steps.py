@@ -63,7 +63,8 @@ def promote_cmd(
     """Write a pytest file (plus the snapshot it needs) that replays the step and asserts its recorded
     update statistics; with --report, also the invariants that caught the regression.
 
-    Exit 0 written, 1 the step does not replay on the current code, 2 bad input or a file in the way.
+    Exit 0 written, 1 the step (or an invariant it asserts) fails on the current code, 2 bad input
+    or a file in the way, 125 the adapter cannot be loaded or has no replay().
 
     Example: rlbisect promote snapshots/step-000005.pt --to tests/regressions --report bisect.json
     """

@@ -135,7 +135,7 @@ def adapter_replayer(spec: str, pairs: list[str] | None, bug: str | None):
     """The replay code the command line names: never one read out of the snapshot."""
     from rlbisect.check.adapter import AdapterError, Offers, load_adapter, parse_adapter_opts
     adapter = load_adapter(spec, require=("replay",), bug=None if bug in (None, "none") else bug,
-                           **parse_adapter_opts(pairs))
+                           **parse_adapter_opts(pairs, {"bug": "--bug"}))
     replayer = Offers.of(adapter).replay
     if replayer is None:
         raise AdapterError(f"{spec} returned an adapter without replay(snap, bug)")

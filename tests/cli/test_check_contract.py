@@ -4,6 +4,7 @@ code under test raises, 2 bad input, 125 the checks cannot run on this code (git
 import json
 import subprocess
 
+import pytest
 from typer.testing import CliRunner
 
 from rlbisect.check.results import CheckResult
@@ -189,3 +190,11 @@ def test_an_adapter_that_exits_while_loading_is_an_adapter_failure_not_our_exit(
     r = check("--adapter", f"{tmp_path}/exits.py:make", "--no-runs")
     assert r.exit_code == 125 and r.output.strip().endswith("exits.py: it called sys.exit(0)"), r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("opt,flag", [("bug=mask_shift", "--bug"), ("seed=3", "--seed or --probe-seeds"),
+                                      ("kl_coef=0.2", "--kl-coef")])
+def test_an_adapter_option_the_command_sets_itself_points_to_its_flag(opt, flag):
+    """It reached the factory twice: a TypeError traceback, exit 1 (a finding, to a bisect)."""
+    r = CliRunner().invoke(app, ["check", "--adapter-opt", opt, "--no-runs", "--checks", "1"])
+    assert r.exit_code == 2 and f"is set by {flag}; give it there" in r.output and r.output.count("\n") == 1, r.output
