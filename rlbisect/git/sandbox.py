@@ -202,7 +202,8 @@ def _submodule_names(path: Path) -> dict[str, str]:
 
 
 def _checkout_submodules(path: Path, commit: str, module_dirs: list[Path], root: Path) -> None:
-    """Check out each recorded submodule from the user's local clone of it (recursively)."""
+    """Check out each recorded submodule from the user's local clone of it (recursively); one the
+    user never initialised stays an empty folder, as in their own working tree."""
     links = _gitlinks(path, commit)
     if not links:
         return
@@ -210,12 +211,15 @@ def _checkout_submodules(path: Path, commit: str, module_dirs: list[Path], root:
     for sha, sub in links:
         name = names.get(sub, sub)
         sources = [d / name for d in module_dirs] + [root / sub / ".git"]
+        dest = path / sub
+        if not any(s.is_dir() for s in sources):   # never cloned: what `git bisect` shows too
+            dest.mkdir(parents=True, exist_ok=True)
+            continue
         source = next((s for s in sources if s.is_dir() and
                        git_status(s, "cat-file", "-e", f"{sha}^{{commit}}")[0] == 0), None)
         if source is None:
             raise CheckoutError(f"submodule {sub} at {sha[:12]} is not in your local clone of it "
                                 "(run `git submodule update --init --recursive` in your repository)")
-        dest = path / sub
         dest.mkdir(parents=True, exist_ok=True)
         _init_private(dest, source / "objects")
         git(dest, "checkout", "-q", "--detach", sha)

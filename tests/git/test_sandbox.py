@@ -106,6 +106,18 @@ def test_submodules_are_checked_out_at_the_recorded_commit(tmp_path):
         assert (sb.checkout(shas[2]) / "vendor" / "lib" / "state").read_text() == "good\n"
 
 
+def test_a_submodule_never_initialised_in_the_users_clone_stays_empty_as_there(tmp_path):
+    """A plain `git clone` without --recurse-submodules: git bisect shows the folder empty; every
+    probe was a skip ("not in your local clone") and the bisect stopped."""
+    top, shas, _ = submodule_repo(tmp_path)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(top), str(clone)], check=True)
+    assert not (clone / ".git" / "modules").exists() and not any((clone / "vendor" / "lib").iterdir())
+    with Sandbox(Repo.open(clone)) as sb:
+        wt = sb.checkout(shas[4])
+        assert (wt / "n").read_text() == "4\n" and list((wt / "vendor" / "lib").iterdir()) == []
+
+
 def test_a_submodule_commit_not_available_locally_is_a_clear_error(tmp_path):
     top, shas, lib = submodule_repo(tmp_path)
     (lib / "state").write_text("newer\n")
