@@ -280,3 +280,44 @@ def test_a_parent_git_only_assumed_good_is_run_and_a_bad_one_names_no_culprit(ti
     r = tiny_repo(["good", "bad", "bad", "good", "good", "bad"], [[], [0], [1], [0], [3], [4, 2]], name="fine")
     code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--verify", "0", "--", *state_cmd])
     assert code == 0 and data["first_bad"] == r.shas[1] and data["n_verify"] == 1, out
+
+
+def _script_repo(path, n: int = 8):
+    """Commit i holds value.txt = i, check.sh (bad from 3 on) and pkg/check.sh (bad from 6 on)."""
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "pkg").mkdir()
+    for name, limit in (("check.sh", 3), ("pkg/check.sh", 6)):
+        (path / name).write_text(f'#!/bin/sh\n[ "$(cat "$(git rev-parse --show-toplevel)/value.txt")" -lt {limit} ]\n')
+        (path / name).chmod(0o755)
+    shas = []
+    for i in range(n):
+        (path / "value.txt").write_text(f"{i}\n")
+        git(path, "add", "-A")
+        git(path, "commit", "-qm", f"c{i}")
+        shas.append(git(path, "rev-parse", "HEAD"))
+    return shas
+
+
+def test_a_named_script_with_uncommitted_edits_is_refused_not_silently_left_out(
+        tmp_path, run_cli, monkeypatch):
+    repo = tmp_path / "repo"
+    shas = _script_repo(repo)
+    monkeypatch.chdir(repo)
+    edited = (repo / "check.sh").read_text().replace("-lt 3", "-lt 5")
+    (repo / "check.sh").write_text(edited)      # git bisect run would run this copy: bad from c5
+    for staged in (False, True):
+        if staged:
+            git(repo, "add", "check.sh")
+        code, out, data = run_cli(["main~7..main", "--", "./check.sh"])
+        assert code == 2 and data is None and len(out.strip().splitlines()) == 1, out
+        assert "check.sh (the command) has uncommitted changes" in out
+        assert "commit it, or copy the edited file outside the repository" in out
+    outside = tmp_path / "check.sh"             # the second way out: the edited copy runs
+    outside.write_text(edited)
+    outside.chmod(0o755)
+    code, out, data = run_cli(["main~7..main", "--", str(outside)])
+    assert code == 0 and data["first_bad"] == shas[5], out
+    git(repo, "commit", "-qm", "c8 edited check")   # the first: committed, every probe runs its own copy
+    code, out, data = run_cli(["main~8..main", "--", "./check.sh"])
+    assert code == 0 and data["first_bad"] == shas[3], out

@@ -416,3 +416,19 @@ def test_an_answer_next_to_good_is_judged_again_on_fresh_seeds(tmp_path, shift, 
         assert "not worse than GOOD's" in res.message
     else:
         assert res.status.value == "found" and res.first_bad == shas[1] and confirm[0].verdict is Verdict.BAD
+
+
+def test_an_edited_training_script_is_refused_before_any_run(tmp_path, monkeypatch):
+    from rlbisect.errors import InputError
+    from rlbisect.git.repo import Repo
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "train.py").write_text("print('committed')\n")
+    git(tmp_path, "add", "train.py")
+    git(tmp_path, "commit", "-qm", "c0")
+    monkeypatch.chdir(tmp_path)
+    pred = make_predicate("short-run", command=["python", "train.py", "--seed", "{seed}"])
+    repo = Repo.open(tmp_path)
+    pred.preflight(repo, "HEAD")                     # as committed: nothing to say
+    (tmp_path / "train.py").write_text("print('edited')\n")
+    with pytest.raises(InputError, match=r"train.py \(the training command\) has uncommitted changes"):
+        pred.preflight(repo, "HEAD")

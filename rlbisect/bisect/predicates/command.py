@@ -23,7 +23,7 @@ from rlbisect._proc.runner import run
 from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe,
                                         stopped, tail)
 from rlbisect.errors import Cause, InputError, Verdict
-from rlbisect.git.repo import probe_env
+from rlbisect.git.repo import git_status, probe_env
 
 
 def verdict_from_exit(code: int) -> Verdict:
@@ -113,6 +113,36 @@ def missing_here(repo, commit: str, paths: list[str], what: str) -> None:
                              f"its absolute path ({local.resolve()}) or commit it")
 
 
+def local_names(argv: Sequence[str]) -> list[str]:
+    """The relative file names in ``argv`` that exist in the current folder: what a probe reads
+    from its checkout instead of from your folder. The program itself only with a folder in its
+    name (``check.sh`` alone is looked up on PATH, as the shell does)."""
+    names = []
+    for i, arg in enumerate(argv):
+        words = [n for n in _named(arg) if i > 0 or os.sep in n] + (_python_files_in(arg) if i > 0 else [])
+        names += [n for n in words if n and not os.path.isabs(n) and _is_file(Path.cwd() / n)]
+    return list(dict.fromkeys(names))
+
+
+def edited_here(repo, names: list[str], what: str) -> None:
+    """:class:`InputError` when any of ``names`` (relative to the current folder) differs from
+    HEAD's copy, staged or not: each probe runs the commit's copy, so the edit would be silently
+    left out (git bisect run keeps it across checkouts and runs it). One git call for all."""
+    top = str(repo.root)
+    inside = [rel for rel in (os.path.relpath(os.path.abspath(n), top) for n in names)
+              if rel != ".." and not rel.startswith(".." + os.sep)]   # outside: read as it is
+    if not inside:
+        return
+    status, out, _ = git_status(top, f"--git-dir={repo.git_dir}", "--literal-pathspecs", "diff",
+                                "--name-only", "-z", "HEAD", "--", *inside)
+    edited = [n for n in out.split("\0") if n] if status == 0 else []   # no HEAD or work tree: no edits
+    if edited:
+        raise InputError(f"{', '.join(edited)} ({what}) {'has' if len(edited) == 1 else 'have'} "
+                         "uncommitted changes, but each probe runs the copy in the commit it tests, "
+                         "so your edit would never run: commit it, or copy the edited file outside "
+                         "the repository and give that path")
+
+
 class CommandOptions(Options):
     """The command predicate takes no options: everything is in the command."""
 
@@ -135,6 +165,7 @@ class CommandPredicate(BasePredicate):
         """Before the first probe: a file the command names that is in your folder but not at
         the same place in the commit's tree would be 'not found' at every probe."""
         missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a)], "the command")
+        edited_here(repo, local_names(self.argv), "the command")
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         # RLBISECT_PROBE: an `rlbisect check` in the command knows it is a bisect's probe (exit
