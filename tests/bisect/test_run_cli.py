@@ -321,3 +321,32 @@ def test_a_named_script_with_uncommitted_edits_is_refused_not_silently_left_out(
     git(repo, "commit", "-qm", "c8 edited check")   # the first: committed, every probe runs its own copy
     code, out, data = run_cli(["main~8..main", "--", "./check.sh"])
     assert code == 0 and data["first_bad"] == shas[3], out
+
+
+def test_from_a_subfolder_the_command_runs_in_the_same_folder_of_each_checkout(
+        tmp_path, run_cli, monkeypatch):
+    shas = _script_repo(tmp_path / "repo")
+    monkeypatch.chdir(tmp_path / "repo" / "pkg")
+    code, out, data = run_cli(["main~7..main", "--", "./check.sh"])   # pkg/check.sh, as in the shell
+    assert code == 0 and data["first_bad"] == shas[6], out
+    code, out, data = run_cli(["main~7..main", "--", "../check.sh"])  # the top one: not refused
+    assert code == 0 and data["first_bad"] == shas[3], out
+    assert '"folder": "pkg"' in data["predicate"]["predicate"]   # not the cache rows of the same argv at the top
+    (tmp_path / "check.sh").write_text("exit 0\n")
+    code, out, data = run_cli(["main~7..main", "--", "../../check.sh"])   # out of the checkout
+    assert code == 2 and "../../check.sh (the command) is in your folder but not in the commits" in out
+
+
+def test_a_commit_without_your_folder_is_a_skip_and_a_symlink_never_leads_out(tmp_path):
+    from rlbisect.bisect.predicates.command import CommandPredicate, in_folder
+    from rlbisect.errors import Verdict
+    pred = CommandPredicate(["true"])
+    pred.folder = "pkg"
+    probe = pred.probe(tmp_path, "c1", None)
+    assert probe.verdict is Verdict.SKIP and "this commit has no pkg/" in probe.reason
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / "pkg").symlink_to(tmp_path / "outside")
+    assert in_folder(tmp_path / "checkout", "pkg") is None
+    (tmp_path / "checkout" / "lib").mkdir()
+    assert in_folder(tmp_path / "checkout", "lib") == tmp_path / "checkout" / "lib"

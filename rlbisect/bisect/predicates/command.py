@@ -102,15 +102,44 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def missing_here(repo, commit: str, paths: list[str], what: str) -> None:
+def folder_in(repo) -> str:
+    """Where you are in ``repo``, from its top ('' at the top or outside it): a probe runs in the
+    same folder of its checkout, so a relative path means there what it means in your shell."""
+    try:
+        rel = Path.cwd().resolve().relative_to(Path(repo.root).resolve())
+    except (ValueError, OSError):
+        return ""
+    return rel.as_posix() if rel.parts else ""
+
+
+def in_folder(worktree: Path, folder: str) -> Path | None:
+    """``folder`` of the checkout, or None when the commit has no such folder (or it leads out of
+    the checkout, a symlink in the commit): never run somewhere the user's paths do not mean."""
+    here = worktree / folder
+    try:
+        inside = here.resolve().is_relative_to(worktree.resolve())
+    except OSError:
+        return None
+    return here if inside and here.is_dir() else None
+
+
+def folder_missing(folder: str) -> Probe:
+    return Probe(Verdict.SKIP, reason=f"this commit has no {folder}/, the folder rlbisect was run "
+                 "from (where the command runs)", cause=Cause.CANNOT_RUN)
+
+
+def missing_here(repo, commit: str, paths: list[str], what: str, folder: str = "") -> None:
     """:class:`InputError` for the first of ``paths`` that exists relative to the current folder
-    but not at that path in ``commit``'s tree: predicates run at the top of a checkout."""
+    but not at that path in ``commit``'s tree, read from ``folder`` of it (the top by default)."""
     for rel in paths:
         local = Path.cwd() / rel
-        if _is_file(local) and not repo.has_file(commit, rel):
+        in_tree = os.path.normpath(os.path.join(folder, rel))
+        if _is_file(local) and (in_tree == ".." or in_tree.startswith("../")
+                                or not repo.has_file(commit, in_tree)):
+            where = f"in {folder}/ of it" if folder else "at the top of the repository"
             raise InputError(f"{rel} ({what}) is in your folder but not in the commits: a predicate "
-                             "runs in a checkout of each commit, at the top of the repository; give "
-                             f"its absolute path ({local.resolve()}) or commit it")
+                             f"runs in a checkout of each commit, {where}; give its absolute path "
+                             f"({local.resolve()}) or commit it")
 
 
 def local_names(argv: Sequence[str]) -> list[str]:
@@ -156,21 +185,29 @@ class CommandPredicate(BasePredicate):
                                  "rlbisect run GOOD..BAD -- CMD ARGS")
         self.argv = list(argv)
         self.digests = file_digests(self.argv, cwd or Path.cwd())
+        self.folder = ""    # where in each checkout it runs: preflight sets yours
 
     def identity(self) -> str:
+        # the folder only when not the top, so the identities cached before it keep their rows
+        folder = {"folder": self.folder} if self.folder else {}
         return json.dumps({"kind": "command", "argv": self.argv, "files": self.digests,
-                           "rlbisect": __version__}, sort_keys=True)
+                           "rlbisect": __version__, **folder}, sort_keys=True)
 
     def preflight(self, repo, commit: str) -> None:
         """Before the first probe: a file the command names that is in your folder but not at
         the same place in the commit's tree would be 'not found' at every probe."""
-        missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a)], "the command")
+        self.folder = folder_in(repo)
+        missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a)], "the command",
+                     self.folder)
         edited_here(repo, local_names(self.argv), "the command")
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         # RLBISECT_PROBE: an `rlbisect check` in the command knows it is a bisect's probe (exit
         # 125 for an adapter this commit does not have); not part of the cache identity
-        r = run(self.argv, worktree, timeout, {**probe_env(), "RLBISECT_PROBE": commit})
+        here = in_folder(worktree, self.folder)
+        if here is None:
+            return folder_missing(self.folder)
+        r = run(self.argv, here, timeout, {**probe_env(), "RLBISECT_PROBE": commit})
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
             return stopped(r.timed_out, r.seconds, timeout, output=output)

@@ -61,7 +61,7 @@ class ShortRunOptions(Options):
                                f"the checkout (default without a command: {DEFAULT_RUNNER})")
     metrics_file: str = Field("{out}/metrics.jsonl", description="with a command: the JSONL, CSV or "
                               "TensorBoard file (or folder) each run writes, under {out} or "
-                              "relative to the checkout")
+                              "relative to where the command runs")
     metric_map: dict[str, str] = Field(default_factory=dict, description="THEIRS=OURS renames, "
                                        "e.g. train/reward=reward,eval/accuracy=eval_pass")
 

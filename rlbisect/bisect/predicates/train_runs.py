@@ -29,7 +29,8 @@ from rlbisect._proc.runner import run
 from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect._proc.worker import CannotRun, Reply, first_line, worker_main
 from rlbisect.bisect.predicates import PredicateError, Probe, from_worker, stopped, tail
-from rlbisect.bisect.predicates.command import edited_here, file_digests, local_names, missing_here
+from rlbisect.bisect.predicates.command import (edited_here, file_digests, folder_in, folder_missing, in_folder,
+                                                local_names, missing_here)
 from rlbisect.errors import Cause, Verdict
 from rlbisect.git.repo import probe_env
 from rlbisect.runs.read import RunLogError, read_rows
@@ -56,15 +57,18 @@ class CommandRunner:
                                  "where it goes, e.g. -- python train.py --seed {seed} --out {out}")
         if os.path.isabs(metrics_file) or ".." in Path(metrics_file).parts:
             raise PredicateError(f"short-run: --metrics-file {metrics_file}: give it under {{out}} "
-                                 "or relative to the top of the checkout (e.g. {out}/metrics.jsonl)")
+                                 "or relative to where the command runs (e.g. {out}/metrics.jsonl)")
         self.digests = file_digests([a for a in self.argv if "{" not in a], cwd or Path.cwd())
+        self.folder = ""    # where in each checkout it runs: preflight sets yours
 
     def identity(self) -> dict:
-        return {"command": self.argv, "files": self.digests, "metrics_file": self.metrics_file}
+        folder = {"folder": self.folder} if self.folder else {}   # the top: as cached before
+        return {"command": self.argv, "files": self.digests, "metrics_file": self.metrics_file, **folder}
 
     def preflight(self, repo, commit: str) -> None:
+        self.folder = folder_in(repo)
         missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a) and "{" not in a],
-                     "the training command")
+                     "the training command", self.folder)
         edited_here(repo, local_names([a for a in self.argv if "{" not in a]), "the training command")
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
@@ -86,9 +90,12 @@ class CommandRunner:
         def fill(text: str) -> str:
             return text.replace("{seed}", str(seed)).replace("{steps}", str(steps)) \
                        .replace("{out}", str(out))
-        metrics = worktree / fill(self.metrics_file)   # {out} makes it absolute
+        here = in_folder(worktree, self.folder)
+        if here is None:
+            return None, folder_missing(self.folder), 0.0
+        metrics = here / fill(self.metrics_file)   # {out} makes it absolute
         metrics.unlink(missing_ok=True)   # never read a file an earlier seed left in the checkout
-        r = run([fill(a) for a in self.argv], worktree, timeout, probe_env())
+        r = run([fill(a) for a in self.argv], here, timeout, probe_env())
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
             return None, stopped(r.timed_out, r.seconds, timeout, f"the run with seed {seed}", output), r.seconds
