@@ -61,6 +61,38 @@ def fingerprint(rows: list[dict]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
+def not_numbers(rows: list[dict]) -> str | None:
+    """What a run logged instead of numbers ("reward is a list, loss is a list"), when it logged
+    metrics but not one finite number among them; else None."""
+    seen: dict[str, str] = {}
+    for row in rows:
+        for k, v in row.items():
+            if bookkeeping(k):
+                continue
+            if math.isfinite(v):
+                return None
+            seen.setdefault(k, getattr(v, "what", None) or ("NaN" if math.isnan(v) else "infinite"))
+    if not seen:
+        return None
+    said = [f"{k} is {what}" for k, what in sorted(seen.items())]
+    return ", ".join(said[:3]) + (f" (and {len(said) - 3} more)" if len(said) > 3 else "")
+
+
+def no_spread(good: dict[int, list[dict]], seeds: list[int]) -> str | None:
+    """Why GOOD's runs on ``seeds`` give no seed spread to judge against, or None. Runs that logged
+    no number look alike whatever their seed: that is said as such, never as a seed-blind script."""
+    odd = not_numbers(good[seeds[0]])
+    if odd is not None:
+        return (f"GOOD's run with seed {seeds[0]} logged no number: {odd}; each row needs one number "
+                "per metric, one row per step")
+    prints = {fingerprint(good[s]) for s in seeds}
+    if len(prints) == 1 and "" not in prints:
+        return (f"GOOD's runs on seeds {seeds[0]}-{seeds[-1]} logged the same numbers: the seed does not "
+                "reach the training run (is {seed} passed on and used?), so there is no seed spread to "
+                "judge against")
+    return None
+
+
 def by_behaviour(metric: str, good: Runs, other: Runs) -> str | None:
     """Why ``metric`` behaves as bookkeeping in these runs (keyed by seed), or None."""
     logged = {side: {seed: [r[metric] for r in rows if metric in r] for seed, rows in runs.items()}

@@ -59,6 +59,8 @@ class Odd(float):
 
 def number(value: object) -> float | None:
     """A logged value as the judge sees it; None for "not logged" (an empty CSV cell)."""
+    if isinstance(value, Odd):     # read already (rows flattened twice): keep what it was
+        return value
     if isinstance(value, bool):
         return Odd(f"a boolean ({str(value).lower()})")
     if isinstance(value, int) and abs(value) > LIMIT:   # float() of a 400-digit int raises

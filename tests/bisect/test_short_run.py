@@ -432,3 +432,26 @@ def test_an_edited_training_script_is_refused_before_any_run(tmp_path, monkeypat
     (tmp_path / "train.py").write_text("print('edited')\n")
     with pytest.raises(InputError, match=r"train.py \(the training command\) has uncommitted changes"):
         pred.preflight(repo, "HEAD")
+
+
+@pytest.mark.slow
+def test_a_trainer_that_logs_lists_is_told_so_not_called_seed_blind(tmp_path):
+    """One JSON object of per-step lists (a "history" dump): no row holds a number, which is
+    what the skip says; the seed reaches the run, so "seed-blind" would send the user astray."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    shas = []
+    for i in range(4):
+        (repo / "train.py").write_text(
+            "import argparse, json, random\np = argparse.ArgumentParser()\n"
+            "for f in ('--seed', '--steps', '--out'): p.add_argument(f)\na = p.parse_args()\n"
+            "rng = random.Random(int(a.seed))\n"
+            "json.dump({'reward': [rng.random() for _ in range(4)]}, open(a.out, 'w'))\n" + f"# {i}\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"c{i}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    pred = make_predicate("short-run", CMD, dict(metrics_file="{out}/m.jsonl", steps=4))
+    result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred, BisectOptions(use_cache=False))
+    assert result.first_bad is None and "logged no number: reward is a list" in result.message, result.summary()
+    assert "the seed does not reach" not in result.summary()

@@ -14,3 +14,18 @@ def test_a_fingerprint_is_the_record_without_its_bookkeeping():
     assert fingerprint(run[:1]) != fingerprint(run)
     assert fingerprint([{"reward": float("nan")}]) == fingerprint([{"reward": float("nan")}])
     assert fingerprint([{"step": 0, "step_time": 0.3}]) == ""    # nothing but bookkeeping: no record
+
+
+def test_runs_that_logged_no_number_are_said_so_never_called_seed_blind():
+    from rlbisect.runs.judge import no_spread
+    from rlbisect.runs.read import flatten
+    lists = {s: [flatten({"step": [0, 1], "reward": [0.1 * s, 0.2], "loss": [0.3, 0.4]})] for s in range(3)}
+    why = no_spread(lists, [0, 1, 2])
+    assert why is not None and "logged no number: loss is a list, reward is a list" in why
+    assert "the seed does not reach" not in why
+    nan = {s: [{"step": 0, "reward": float("nan")}] for s in range(3)}
+    assert "logged no number: reward is NaN" in (no_spread(nan, [0, 1, 2]) or "")
+    blind = {s: [{"step": 0, "reward": 0.5}] for s in range(3)}         # numbers, the same: seed-blind
+    assert "the seed does not reach the training run" in (no_spread(blind, [0, 1, 2]) or "")
+    spread = {s: [{"step": 0, "reward": 0.5 + s}, {"step": 1, "reward": [1]}] for s in range(3)}
+    assert no_spread({s: [flatten(r) for r in rows] for s, rows in spread.items()}, [0, 1, 2]) is None

@@ -139,3 +139,10 @@ def test_verls_file_logger_is_read_with_our_names_beside_its_own(tmp_path):
     both = tmp_path / "both.jsonl"   # a row that logs our name as well keeps its own value
     both.write_text('{"step": 0, "reward": 1.0, "critic/score/mean": 0.5}\n')
     assert rename(read_rows(both), {})[0]["reward"] == 1.0
+
+
+def test_a_value_read_once_keeps_what_it_was_when_flattened_again():
+    from rlbisect.runs.read import flatten
+    once = flatten({"reward": [1.0, 2.0], "ok": "yes"})
+    again = flatten(once)       # the short-run predicate flattens the rows a runner gives it
+    assert again["reward"].what == "a list" and again["ok"].what == "a string ('yes')"

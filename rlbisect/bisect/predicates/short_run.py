@@ -36,7 +36,7 @@ from rlbisect.errors import Cause, Verdict
 from rlbisect.metrics import comparable
 from rlbisect.bisect.predicates.train_runs import CommandRunner, FunctionRunner
 from rlbisect.runs.stats import Decision, Rule
-from rlbisect.runs.judge import Question, dashboard, fingerprint, judge
+from rlbisect.runs.judge import Question, dashboard, fingerprint, judge, no_spread
 from rlbisect.runs.read import flatten, rename
 
 DEFAULT_RUNNER = "reference_trainer.train:short_run"
@@ -151,11 +151,9 @@ class ShortRunPredicate(BasePredicate):
             seeds = list(range(k))
             good, failed, seconds = self._good(seeds, timeout)
             total += seconds
-            good_prints = [fingerprint(good[s]) for s in seeds] if good is not None else []
-            if len(set(good_prints)) == 1 and good_prints[0]:
-                failed = Probe(Verdict.SKIP, reason=f"GOOD's runs on seeds {seeds[0]}-{seeds[-1]} logged the same "
-                               "numbers: the seed does not reach the training run (is {seed} passed on and "
-                               "used?), so there is no seed spread to judge against", cause=Cause.CANNOT_RUN)
+            why = no_spread(good, seeds) if good is not None else None
+            if why is not None:
+                failed = Probe(Verdict.SKIP, reason=why, cause=Cause.CANNOT_RUN)
             if failed is None:
                 got, failed, seconds = self._train(worktree, [s for s in seeds if s not in probe_runs],
                                                    timeout)
@@ -175,8 +173,8 @@ class ShortRunPredicate(BasePredicate):
             return [r.get(self.options.metric) if self.options.metric else comparable(r) for r in rows]
         same = all(logged(good[s]) == logged(probe_runs[s]) for s in seeds)
         probe = self._probe(verdict, seeds, total, same)
-        probe.detail["prints"] = {"good": good_prints,
-                                  "probe": [fingerprint(probe_runs[s]) for s in seeds]}
+        probe.detail["prints"] = {side: [fingerprint(runs[s]) for s in seeds]
+                                  for side, runs in (("good", good), ("probe", probe_runs))}
         return probe
 
     def confirm(self, culprit: str, parent: str, checkout: Callable[[str], Path], timeout: float | None) -> Probe:
