@@ -8,12 +8,12 @@ safe.
 
 The key is the *tree* hash (same files => same verdict, whatever the commit message or parents)
 plus a hash of the :func:`identity`: the predicate's own identity (its command, the files it
-names, its options), the interpreter, and the environment the predicate runs in, less the
-variables in :data:`VOLATILE` (a shell's and a terminal's bookkeeping, and how rlbisect itself
-runs), each variable as its name and a keyed digest of its value. The identity is stored too, so a
-person can read what produced a line. A file the predicate reads without naming it cannot be part
-of the key: ``--verify`` re-runs the answer's two commits, which catches a verdict that no longer
-holds.
+names, its options), the interpreter and the distributions installed for it (:func:`packages`),
+and the environment the predicate runs in, less the variables in :data:`VOLATILE` (a shell's and
+a terminal's bookkeeping, and how rlbisect itself runs), each variable as its name and a keyed
+digest of its value. The identity is stored too, so a person can read what produced a line. A
+file the predicate reads without naming it cannot be part of the key: ``--verify`` re-runs the
+answer's two commits, which catches a verdict that no longer holds.
 
 Every row is kept. When the rows of one key disagree (a flaky predicate, or something outside
 the key changed), the cache recalls nothing for it: the commit is probed again and the report says
@@ -35,6 +35,7 @@ import os
 import secrets
 import sys
 import time
+from importlib import metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,14 +56,30 @@ VOLATILE_PREFIXES = ("SSH_", "XDG_SESSION", "XDG_VTNR", "DBUS_", "WAYLAND_", "TE
 
 
 def identity(predicate: Predicate, key: bytes = b"") -> str:
-    """The cache identity of ``predicate`` run here: what it is, the interpreter, the environment:
-    each variable's name and a digest of its value keyed with ``key`` (:meth:`ProbeCache.key`),
-    never the value. The identity is in every cache row, the JSON and the report, an environment
-    holds tokens, and a digest without a secret key gives a short password back to a dictionary."""
+    """The cache identity of ``predicate`` run here: what it is, the interpreter and its installed
+    packages, the environment: each variable's name and a digest of its value keyed with ``key``
+    (:meth:`ProbeCache.key`), never the value. The identity is in every cache row, the JSON and the
+    report, an environment holds tokens, and a digest without a secret key gives a short password
+    back to a dictionary."""
     env = {k: hmac.new(key, f"{k}={v}".encode(), "sha256").hexdigest()[:16] for k, v in probe_env().items()
            if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES)}
     return json.dumps({"predicate": predicate.identity(), "python": sys.executable,
-                       "python_version": sys.version.split()[0], "env": env}, sort_keys=True)
+                       "python_version": sys.version.split()[0], "packages": packages(), "env": env},
+                      sort_keys=True)
+
+
+def packages() -> str:
+    """A digest of the distributions installed for this interpreter, each as name and version,
+    sorted: a ``pip install -U torch`` between two bisects is another predicate, never a recall.
+    One read of each distribution's metadata (tens of ms); a module dropped into site-packages
+    without metadata is not seen (``--verify`` is the net for that)."""
+    seen = set()
+    for dist in metadata.distributions():
+        try:
+            seen.add(f"{(dist.metadata['Name'] or '').lower()}=={dist.version}")
+        except Exception:   # a broken .dist-info: what it says, as well as it says it
+            seen.add(str(getattr(dist, "_path", "?")))
+    return hashlib.sha256("\n".join(sorted(seen)).encode()).hexdigest()[:16]
 
 
 def flaky_identity(identity: str) -> str:

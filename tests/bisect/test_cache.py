@@ -291,3 +291,23 @@ def test_a_command_probe_knows_it_is_one(tmp_path):
     pred = CommandPredicate(["sh", "-c", 'test "$RLBISECT_PROBE" = abc123'])
     assert pred.probe(tmp_path, "abc123", None).verdict == "good"
     assert "RLBISECT_PROBE" not in json.loads(identity(pred))["env"]
+
+
+def test_the_installed_distributions_are_part_of_the_identity(monkeypatch):
+    from types import SimpleNamespace
+    from rlbisect.bisect import cache
+    from rlbisect.bisect.predicates.command import CommandPredicate
+    pred = CommandPredicate(["true"])
+    assert cache.identity(pred, b"k") == cache.identity(pred, b"k")   # one environment: one identity
+
+    def installed(torch: str):
+        dists = [SimpleNamespace(metadata={"Name": "torch"}, version=torch),
+                 SimpleNamespace(metadata={"Name": "Numpy"}, version="2.0.1")]
+        return lambda: iter(dists if torch < "2.5" else dists[::-1])   # the order they are found in: no matter
+    monkeypatch.setattr(cache.metadata, "distributions", installed("2.4.0"))
+    before = cache.identity(pred, b"k")
+    monkeypatch.setattr(cache.metadata, "distributions", installed("2.4.0"))
+    assert cache.identity(pred, b"k") == before
+    monkeypatch.setattr(cache.metadata, "distributions", installed("2.5.1"))   # pip install -U torch
+    assert cache.identity(pred, b"k") != before
+    assert json.loads(before)["packages"] != json.loads(cache.identity(pred, b"k"))["packages"]
