@@ -126,7 +126,7 @@ class BisectResult:
         runs = self.extra.get("runs_per_commit") or {}
         if (metric := self.extra.get("metric")) is not None:   # the measured search: numbers
             told, worst = [], math.inf if self.extra.get("direction") == "higher" else -math.inf
-            for name, sha in (("GOOD", self.good), ("BAD", self.bad)):   # NaN is the worst, as the search reads it
+            for name, sha in zip(("OLD", "NEW") if self.terms else ("GOOD", "BAD"), (self.good, self.bad)):   # NaN: worst
                 vals = sorted(v if math.isfinite(v := p.values[metric]) else worst
                               for p in self.probes if p.commit == sha and metric in p.values)
                 if vals:
@@ -150,11 +150,11 @@ class BisectResult:
                 lines += [f"    {ln}" for ln in evidence_lines(culprit.detail)]
         elif self.status in ("bad_passes", "good_fails"):
             lines.append(f"no {'fix' if self.terms else 'culprit'}: {self.message}")
-            role = "BAD" if self.status == "bad_passes" else "GOOD"
+            role, said = ("BAD", "NEW") if self.status == "bad_passes" else ("GOOD", "OLD")   # a fix: its words
             # --flaky: one run of many says little; the counts below say it all
             probe = None if post else next((p for p in self.probes if p.role == role), None)
             if probe is not None:
-                lines.append(f"  {role} {probe.commit[:10]}: {probe.term or probe.verdict} ({probe.reason})")
+                lines.append(f"  {said if self.terms else role} {probe.commit[:10]}: {probe.term or probe.verdict} ({probe.reason})")
                 lines += [f"    {k} = {v:.4g}" for k, v in list(probe.values.items())[:12]]
                 if probe.output:
                     lines += ["  its output (last lines):"] + [f"    | {ln}" for ln in

@@ -35,9 +35,11 @@ def test_both_ends_are_confirmed_and_the_messages_say_fix(tiny_repo, run_cli):
     code, out, data = run_cli(["main~3..main", "--repo", str(r.path), "--find-fix", "--no-cache", "--"] + PASSES)
     assert code == 6 and data["first_bad"] is None
     assert "OLD (broken) already passes the predicate" in out and "GOOD fails" not in out
+    assert f"\n  OLD {r.shas[0][:10]}: fixed (exit 0)" in out and f"GOOD {r.shas[0][:10]}" not in out
     r = tiny_repo(["bad"] * 4, name="never")                  # NEW still fails
     code, out, data = run_cli(["main~3..main", "--repo", str(r.path), "--find-fix", "--no-cache", "--"] + PASSES)
     assert code == 5 and "NEW (fixed) still fails the predicate" in out and "the fix is not in this range" in out
+    assert f"\n  NEW {r.shas[3][:10]}: broken (exit 1)" in out and f"BAD {r.shas[3][:10]}" not in out
 
 
 def test_a_regression_search_and_a_fix_search_keep_their_own_cached_verdicts(tiny_repo, run_cli):
@@ -93,3 +95,13 @@ def test_fix_searches_share_verdicts_whatever_their_words(tiny_repo, run_cli):
     assert run_cli(spec + ["--find-fix", "--"] + PASSES)[0] == 0
     code, out, data = run_cli(spec + ["--terms", "slow,fast", "--"] + PASSES)
     assert code == 0 and all(p["cached"] for p in data["probes"]) and "is the first fast commit" in out
+
+
+def test_a_measured_fix_search_names_its_ends_old_and_new():
+    from rlbisect.bisect.report import BisectResult, ProbeRecord
+    probes = [ProbeRecord(i + 1, sha, "good", 0.1, {"reward": x}, "ran", False, "", "", 0.0, role=role)
+              for i, (sha, x, role) in enumerate([("a" * 40, 0.2, "GOOD"), ("b" * 40, 0.3, "BAD")])]
+    for terms, said in ((("broken", "fixed"), "reward at OLD median 0.2 over 1 runs, NEW median 0.3"),
+                        (None, "reward at GOOD median 0.2 over 1 runs, BAD median 0.3")):
+        result = BisectResult("a" * 40, "b" * 40, terms=terms, probes=probes, extra={"metric": "reward"})
+        assert said in result.summary()
