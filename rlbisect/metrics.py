@@ -73,6 +73,8 @@ FOREIGN: dict[str, dict[str, str]] = {
              "actor/entropy": "entropy", "actor/grad_norm": "grad_norm", "actor/kl_loss": "kl_ref", "actor/loss": "loss",
              "training/rollout_probs_diff_mean": "prob_gap"},
 }
+#: Each foreign name -> ours, whatever the trainer.
+ALIASES: dict[str, str] = {theirs: ours for names in FOREIGN.values() for theirs, ours in names.items()}
 GROUPS = ("outcome", "behavior", "optimizer", "consistency")
 
 # What a dashboard shows by default under the reward panel, per group.

@@ -30,7 +30,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rlbisect.metrics import is_timing
+from rlbisect.metrics import ALIASES, is_timing
 from rlbisect.runs.stats import Decision, Direction, Rule
 
 Runs = dict[int, list[dict]]       # seed (or run index) -> that run's rows
@@ -145,7 +145,11 @@ def dashboard(runs: Iterable[list[dict]], metrics: list[str] | None = None) -> l
         for row in rows:
             seen.update(dict.fromkeys(row))
     present = [k for k in seen if all(any(k in r for r in rows) for rows in runs)]
-    return [k for k in present if not bookkeeping(k)]
+    # a foreign name read under ours too (verl's critic/score/mean as reward) is judged once: twice,
+    # it was counted twice in the family-wise error (a trainer logging both, differently, keeps both)
+    def copied(k: str) -> bool:
+        return k in ALIASES and all(r.get(ALIASES[k]) == r[k] for rows in runs for r in rows if k in r)
+    return [k for k in present if not bookkeeping(k) and not copied(k)]
 
 
 def scores(runs: Runs, metrics: list[str], window: int) -> dict[str, list[float]]:
@@ -162,6 +166,11 @@ def scores(runs: Runs, metrics: list[str], window: int) -> dict[str, list[float]
 
 def finite(values: Iterable[float]) -> bool:
     return all(map(math.isfinite, values))
+
+
+def rows_finite(runs: Runs, metric: str) -> bool:
+    """Whether every row of every run that logs ``metric`` logs a finite number."""
+    return all(math.isfinite(r[metric]) for rows in runs.values() for r in rows if metric in r)
 
 
 @dataclass(frozen=True)
@@ -210,8 +219,9 @@ def judge(good: Runs, other: Runs, rule: Rule, question: Question) -> Judgement:
     absent = [(m, "GOOD" if m not in g else "other") for m in question.asked or [] if m not in g or m not in o]
     if absent:
         return Judgement(None, g, o, absent=absent, bookkeeping=kept)
-    nonfinite = {m: what_went_wrong(m, other) for m in names
-                 if m in g and m in o and finite(g[m]) and not finite(o[m])}
+    # any row, not only the scored window: a NaN at step 2 that the later rows hide is a fault too
+    nonfinite = {m: what_went_wrong(m, other) for m in names if m in g and m in o and finite(g[m]) and (
+        not finite(o[m]) or rows_finite(good, m) and not rows_finite(other, m))}
     left_out = [m for m, v in g.items() if not finite(v)]
     # A metric that went non-finite decides by itself, but the others are still judged: a user
     # reading the table needs to see the loss that moved beside the reward that went NaN.

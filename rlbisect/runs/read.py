@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rlbisect.errors import InputError, printable
-from rlbisect.metrics import FOREIGN
+from rlbisect.metrics import ALIASES
 
 #: Longest line read from a metrics file (bytes); a longer one is an error, not a memory bill.
 MAX_LINE = 1 << 20
@@ -199,12 +199,10 @@ def parse_metric_map(specs: Iterable[str]) -> dict[str, str]:
 def rename(rows: list[dict[str, float]], mapping: dict[str, str]) -> list[dict[str, float]]:
     """Rows with the trainer's keys renamed to ours (a key mapped onto an existing one wins), and
     other trainers' names for our metrics (:data:`FOREIGN`) also under ours where a row lacks them."""
-    rows = [{**r, **{ours: r[theirs] for theirs, ours in _KNOWN.items() if theirs in r and ours not in r}}
+    rows = [{**r, **{ours: r[theirs] for theirs, ours in ALIASES.items() if theirs in r and ours not in r}}
             for r in rows]
     if not mapping:
         return rows
     return [{**{k: v for k, v in r.items() if k not in mapping},
              **{mapping[k]: v for k, v in r.items() if k in mapping}} for r in rows]
 
-
-_KNOWN = {theirs: ours for names in FOREIGN.values() for theirs, ours in names.items()}

@@ -29,3 +29,13 @@ def test_runs_that_logged_no_number_are_said_so_never_called_seed_blind():
     assert "the seed does not reach the training run" in (no_spread(blind, [0, 1, 2]) or "")
     spread = {s: [{"step": 0, "reward": 0.5 + s}, {"step": 1, "reward": [1]}] for s in range(3)}
     assert no_spread({s: [flatten(r) for r in rows] for s, rows in spread.items()}, [0, 1, 2]) is None
+
+
+def test_a_foreign_name_read_under_ours_is_judged_once():
+    """verl's critic/score/mean is read as reward too: judged under both names, it counted twice."""
+    from rlbisect.runs.judge import dashboard
+    from rlbisect.runs.read import rename
+    runs = [rename([{"step": 0, "critic/score/mean": 0.5, "actor/loss": 1.0}], {})]
+    assert sorted(dashboard(runs)) == ["loss", "reward"]
+    both = [rename([{"step": 0, "critic/score/mean": 0.5, "reward": 0.7}], {})]   # their own reward too
+    assert sorted(dashboard(both)) == ["critic/score/mean", "reward"]
