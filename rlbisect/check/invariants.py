@@ -28,6 +28,7 @@ Users add their own with `@INVARIANTS.register("name")`; a registered check runs
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Collection, Optional
 
 import torch
@@ -84,6 +85,8 @@ def _padding(ctx):
     padded_grad, padded_loss = ctx.gradient(padded, ctx.minibatch, ctx.adapter.prepare(ctx.model, padded))
     moved = float((padded_grad - grad).norm() / grad.norm().clamp(min=1e-30))
     value = max(abs(padded_loss - loss), moved)
+    if math.isnan(moved) or math.isnan(padded_loss - loss):   # max() would drop a NaN: it fails
+        value = math.nan
     return value, value < ctx.t.padding
 
 

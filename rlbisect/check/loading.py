@@ -178,7 +178,9 @@ def parse_adapter_opts(pairs: list[str] | None, flags: dict[str, str] | None = N
         if not eq or not key.strip().isidentifier():
             raise AdapterError(f"--adapter-opt {pair!r}: expected KEY=VALUE, e.g. temperature=0.7")
         if key.strip() in flags:
-            raise AdapterError(f"--adapter-opt {pair!r}: {key.strip()} is set by {flags[key.strip()]}; give it there")
+            by = flags[key.strip()]
+            raise AdapterError(f"--adapter-opt {pair!r}: {key.strip()} is set by {by}"
+                               + ("; give it there" if by.startswith("--") else ", not by --adapter-opt"))
         try:
             out[key.strip()] = json.loads(value)
         except ValueError:

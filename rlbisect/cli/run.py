@@ -23,7 +23,9 @@ from rlbisect.runs.read import parse_metric_map
 
 def _adapter_opts(given: list[str] | None) -> dict | None:
     from rlbisect.check.adapter import parse_adapter_opts      # imports torch: only when asked
-    return parse_adapter_opts(given) if given else None
+    # the invariants predicate sets these itself: given here too, every probe raised a TypeError
+    return parse_adapter_opts(given, {"seed": "--probe-seeds", "episodes": "the invariants predicate (64)",
+                                      "kl_coef": "the invariants predicate (0.1)"}) if given else None
 
 
 def _checks(given: list[str] | None) -> list[str] | None:

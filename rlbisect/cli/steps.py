@@ -35,8 +35,8 @@ def replay_cmd(
     """Re-run the update saved in a snapshot; print recorded vs replayed for every statistic the
     update produces (moved ones first, biggest first) and the post-update parameter difference.
 
-    Exit 0 identical, 1 something moved or the update raised, 2 cannot replay (invalid file,
-    unknown trainer, bad --at).
+    Exit 0 identical (a step saved because it raised: raises the same error again), 1 something
+    moved or the update raised, 2 cannot replay (invalid file, unknown trainer, bad --at).
 
     Example: rlbisect replay snapshots/step-000005.pt --at HEAD~3 --repo .
     """

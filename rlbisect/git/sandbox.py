@@ -201,6 +201,16 @@ def _submodule_names(path: Path) -> dict[str, str]:
     return names
 
 
+def _gitdir(dot_git: Path) -> Path:
+    """A checkout's git directory: ``.git`` itself, or where a ``.git`` file (``gitdir: ...``, as a
+    submodule's checkout has, under its name at clone time) points."""
+    if dot_git.is_file():
+        text = dot_git.read_text(errors="replace").strip()
+        if text.startswith("gitdir:"):
+            return (dot_git.parent / text[len("gitdir:"):].strip()).resolve()
+    return dot_git
+
+
 def _checkout_submodules(path: Path, commit: str, module_dirs: list[Path], root: Path) -> None:
     """Check out each recorded submodule from the user's local clone of it (recursively); one the
     user never initialised stays an empty folder, as in their own working tree."""
@@ -210,9 +220,10 @@ def _checkout_submodules(path: Path, commit: str, module_dirs: list[Path], root:
     names = _submodule_names(path)
     for sha, sub in links:
         name = names.get(sub, sub)
-        sources = [d / name for d in module_dirs] + [root / sub / ".git"]
+        sources = [d / name for d in module_dirs] + [_gitdir(root / sub / ".git")]
         dest = path / sub
-        if not any(s.is_dir() for s in sources):   # never cloned: what `git bisect` shows too
+        populated = (root / sub).is_dir() and any((root / sub).iterdir())
+        if not populated and not any(s.is_dir() for s in sources):   # never cloned: as under `git bisect`
             dest.mkdir(parents=True, exist_ok=True)
             continue
         source = next((s for s in sources if s.is_dir() and

@@ -16,9 +16,11 @@ the code: known by name (:func:`bookkeeping`: step counters, anything time-like,
 behaviour (:func:`by_behaviour`: a value equal to its run's seed in every row, clock-like values,
 one constant value in every row of every run on both sides).
 
-A metric that is finite in every one of GOOD's runs and non-finite or not a number in any of the
-others is a regression by itself (the Rule is not asked, :func:`what_went_wrong` says how); one
-that is already non-finite at GOOD is left out, said so.
+A metric whose score (its last ``window`` rows) is finite in every one of GOOD's runs and
+non-finite or not a number in any of the others is a regression by itself (the Rule is not
+asked, :func:`what_went_wrong` says how); one that is already non-finite at GOOD is left out,
+said so. Rows before the window do not count: a value that went inf once and came back (a
+skipped mixed-precision overflow step) is the trainer working.
 """
 
 from __future__ import annotations
@@ -147,8 +149,11 @@ def dashboard(runs: Iterable[list[dict]], metrics: list[str] | None = None) -> l
     present = [k for k in seen if all(any(k in r for r in rows) for rows in runs)]
     # a foreign name read under ours too (verl's critic/score/mean as reward) is judged once: twice,
     # it was counted twice in the family-wise error (a trainer logging both, differently, keeps both)
+    def same(a: float | None, b: float) -> bool:
+        return a == b or (a is not None and math.isnan(a) and math.isnan(b))
+
     def copied(k: str) -> bool:
-        return k in ALIASES and all(r.get(ALIASES[k]) == r[k] for rows in runs for r in rows if k in r)
+        return k in ALIASES and all(same(r.get(ALIASES[k]), r[k]) for rows in runs for r in rows if k in r)
     return [k for k in present if not bookkeeping(k) and not copied(k)]
 
 
@@ -167,10 +172,6 @@ def scores(runs: Runs, metrics: list[str], window: int) -> dict[str, list[float]
 def finite(values: Iterable[float]) -> bool:
     return all(map(math.isfinite, values))
 
-
-def rows_finite(runs: Runs, metric: str) -> bool:
-    """Whether every row of every run that logs ``metric`` logs a finite number."""
-    return all(math.isfinite(r[metric]) for rows in runs.values() for r in rows if metric in r)
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,10 @@ def judge(good: Runs, other: Runs, rule: Rule, question: Question) -> Judgement:
     absent = [(m, "GOOD" if m not in g else "other") for m in question.asked or [] if m not in g or m not in o]
     if absent:
         return Judgement(None, g, o, absent=absent, bookkeeping=kept)
-    # any row, not only the scored window: a NaN at step 2 that the later rows hide is a fault too
-    nonfinite = {m: what_went_wrong(m, other) for m in names if m in g and m in o and finite(g[m]) and (
-        not finite(o[m]) or rows_finite(good, m) and not rows_finite(other, m))}
+    # in the scored window only: a value that went inf once and came back (a skipped AMP overflow
+    # step) is the trainer working, and read from any row it named whichever commit first drew it
+    nonfinite = {m: what_went_wrong(m, other) for m in names
+                 if m in g and m in o and finite(g[m]) and not finite(o[m])}
     left_out = [m for m, v in g.items() if not finite(v)]
     # A metric that went non-finite decides by itself, but the others are still judged: a user
     # reading the table needs to see the loss that moved beside the reward that went NaN.

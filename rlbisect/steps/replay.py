@@ -197,11 +197,15 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
           notes: Sequence[str] = ()) -> ReplayReport:
     """Compare a replay with the recording. tolerance 0: bit-exact statistics and parameters;
     X > 0: each statistic within X * (1 + |recorded|), the update within X * (1 + ||update||)."""
-    raised = next((h.signal for h in snap.hits if h.detector == "raised"), None)
-    if replayed is None:  # the update raised: nothing to compare; the same as recorded only if it raised too
+    hit = next((h for h in snap.hits if h.detector == "raised"), None)
+    raised = None if hit is None else hit.signal
+    if replayed is None:  # the update raised: the same as recorded only with the recorded error's first line
         error = error or "the update raised"
-        return ReplayReport(snap.step, raised is not None and error.split(":", 1)[0] == raised, [], [], [], {},
-                            list(notes), error, tolerance, raised)
+        said = None if hit is None else hit.message.removeprefix("the step raised ")
+        same = said is not None and error.splitlines()[0][:300] == said
+        if hit is not None and not same and error.split(":", 1)[0] == raised:
+            notes = [*notes, f"the recorded step raised {said}: the same type, another error"]
+        return ReplayReport(snap.step, same, [], [], [], {}, list(notes), error, tolerance, raised)
     # It raised when recorded, and this replay completed: the same update only if it leaves the
     # weights the recorded step left (the error came after it, in an evaluation), else a fix.
     if raised is not None and snap.post_update_sha256 != replayed.post_update_sha256:

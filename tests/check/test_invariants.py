@@ -62,6 +62,28 @@ def test_padding_is_seen_in_the_gradient_where_a_per_sequence_mean_hides_it_in_t
     assert faulty.passed is False and faulty.value > 1e-2
 
 
+def test_a_nan_gradient_on_padded_input_fails_the_padding_check():
+    """The loss unchanged, its gradient NaN (a softmax over a fully masked padded row): max() of the
+    loss change and a NaN gradient change was the loss change alone, and the check passed."""
+    adapter, padded = make_adapter(), set()
+    pad, loss = adapter.pad, adapter.loss
+
+    def my_pad(batch, n):
+        out = pad(batch, n)
+        padded.add(id(out))
+        return out
+
+    def my_loss(model, batch, rows, prep, *args, **kw):
+        value, stats = loss(model, batch, rows, prep, *args, **kw)
+        if id(batch) in padded:
+            p = next(model.parameters())
+            value = value + torch.sqrt(p - p).sum()     # adds 0, its gradient NaN
+        return value, stats
+    adapter.pad, adapter.loss = my_pad, my_loss
+    result = sanity_checks(adapter, only=["loss invariant to padding"])["loss invariant to padding"]
+    assert result.failed and math.isnan(result.value)
+
+
 def test_without_a_reference_the_kl_checks_say_they_do_not_apply():
     res = sanity_checks(make_adapter(kl_coef=0.0))
     for name in ("KL to reference > 0 after a step", "KL term pulls toward the reference"):

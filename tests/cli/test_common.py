@@ -54,3 +54,12 @@ def test_an_empty_adapter_or_an_infinite_bound_is_refused_by_every_command(args)
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
     assert "--adapter is empty" in r.output or "should be a finite number" in r.output
+
+
+def test_run_refuses_an_adapter_option_the_invariants_predicate_sets_itself():
+    """Given twice to the factory, every probe was a skip with a TypeError traceback."""
+    from typer.testing import CliRunner
+
+    from rlbisect.cli.app import app
+    r = CliRunner().invoke(app, ["run", "HEAD~1..HEAD", "--predicate", "invariants", "--adapter-opt", "kl_coef=0.2"])
+    assert r.exit_code == 2 and "kl_coef is set by the invariants predicate (0.1), not by --adapter-opt" in r.output

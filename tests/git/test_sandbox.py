@@ -118,6 +118,17 @@ def test_a_submodule_never_initialised_in_the_users_clone_stays_empty_as_there(t
         assert (wt / "n").read_text() == "4\n" and list((wt / "vendor" / "lib").iterdir()) == []
 
 
+def test_a_submodule_renamed_in_gitmodules_is_found_through_its_gitfile(tmp_path):
+    """Renamed, it has no .git/modules/<new name>; its checkout's .git file still points at the
+    clone. Taken for never cloned, it was an empty folder, and the rename named the culprit."""
+    top, shas, _ = submodule_repo(tmp_path)
+    git(top, "config", "-f", ".gitmodules", "--rename-section", "submodule.vendor/lib", "submodule.renamed")
+    git(top, "commit", "-qam", "rename the submodule")
+    assert (top / "vendor" / "lib" / ".git").is_file()
+    with Sandbox(Repo.open(top)) as sb:
+        assert (sb.checkout(git(top, "rev-parse", "HEAD")) / "vendor" / "lib" / "state").read_text() == "bad\n"
+
+
 def test_a_submodule_commit_not_available_locally_is_a_clear_error(tmp_path):
     top, shas, lib = submodule_repo(tmp_path)
     (lib / "state").write_text("newer\n")

@@ -86,14 +86,17 @@ def test_a_step_saved_because_it_raised_replays_as_the_same_error_or_differs(tmp
             raise FloatingPointError("loss is nan")
     path = hook.saved[-1]
 
-    def raises(kind):
+    def raises(kind, why="loss is nan"):
         def run(snap, bug):
-            raise UpdateRaised(f"{kind.__name__}: loss is nan")
+            raise UpdateRaised(f"{kind.__name__}: {why}")
         return run
     same = replay(path, replayer=raises(FloatingPointError))
     assert same.identical and "IDENTICAL: the update raises, as the recorded step did" in render_report(same)
     other = replay(path, replayer=raises(KeyError))
     assert not other.identical and "DIFFERS: the update raised: KeyError" in render_report(other)
+    # the type alone is not the error: another FloatingPointError is another bug
+    also = replay(path, replayer=raises(FloatingPointError, "overflow in exp"))
+    assert not also.identical and "the same type, another error" in render_report(also)
     fixed = replay(path, replayer=lambda snap, bug: Replayed({"loss": 1.0}, "f" * 64))   # it updates now
     assert not fixed.identical
     assert "DIFFERS: the recorded step raised FloatingPointError; the replay completed" in render_report(fixed)
