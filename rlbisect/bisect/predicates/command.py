@@ -153,6 +153,15 @@ def local_names(argv: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def files_checked(repo, commit: str, argv: list[str], what: str) -> str:
+    """Before the first probe, the files ``argv`` names: in the commit (:func:`missing_here`) and
+    without uncommitted edits (:func:`edited_here`) -> the folder the command runs in."""
+    folder = folder_in(repo)
+    missing_here(repo, commit, [a for a in argv if not os.path.isabs(a)], what, folder)
+    edited_here(repo, local_names(argv), what)
+    return folder
+
+
 def edited_here(repo, names: list[str], what: str) -> None:
     """:class:`InputError` when any of ``names`` (relative to the current folder) differs from
     HEAD's copy, staged or not: each probe runs the commit's copy, so the edit would be silently
@@ -196,10 +205,7 @@ class CommandPredicate(BasePredicate):
     def preflight(self, repo, commit: str) -> None:
         """Before the first probe: a file the command names that is in your folder but not at
         the same place in the commit's tree would be 'not found' at every probe."""
-        self.folder = folder_in(repo)
-        missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a)], "the command",
-                     self.folder)
-        edited_here(repo, local_names(self.argv), "the command")
+        self.folder = files_checked(repo, commit, self.argv, "the command")
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         # RLBISECT_PROBE: an `rlbisect check` in the command knows it is a bisect's probe (exit

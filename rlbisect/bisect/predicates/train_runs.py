@@ -29,8 +29,7 @@ from rlbisect._proc.runner import run
 from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect._proc.worker import CannotRun, Reply, first_line, worker_main
 from rlbisect.bisect.predicates import PredicateError, Probe, from_worker, stopped, tail
-from rlbisect.bisect.predicates.command import (edited_here, file_digests, folder_in, folder_missing, in_folder,
-                                                local_names, missing_here)
+from rlbisect.bisect.predicates.command import file_digests, files_checked, folder_missing, in_folder
 from rlbisect.errors import Cause, Verdict
 from rlbisect.git.repo import probe_env
 from rlbisect.runs.read import RunLogError, read_rows
@@ -66,10 +65,7 @@ class CommandRunner:
         return {"command": self.argv, "files": self.digests, "metrics_file": self.metrics_file, **folder}
 
     def preflight(self, repo, commit: str) -> None:
-        self.folder = folder_in(repo)
-        missing_here(repo, commit, [a for a in self.argv if not os.path.isabs(a) and "{" not in a],
-                     "the training command", self.folder)
-        edited_here(repo, local_names([a for a in self.argv if "{" not in a]), "the training command")
+        self.folder = files_checked(repo, commit, [a for a in self.argv if "{" not in a], "the training command")
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
         got = Runs()
