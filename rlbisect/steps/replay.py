@@ -198,10 +198,9 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
     """Compare a replay with the recording. tolerance 0: bit-exact statistics and parameters;
     X > 0: each statistic within X * (1 + |recorded|), the update within X * (1 + ||update||)."""
     hit = next((h for h in snap.hits if h.detector == "raised"), None)
-    raised = None if hit is None else hit.signal
+    raised, said = (None, None) if hit is None else (hit.signal, hit.message.removeprefix("the step raised "))
     if replayed is None:  # the update raised: the same as recorded only with the recorded error's first line
         error = error or "the update raised"
-        said = None if hit is None else hit.message.removeprefix("the step raised ")
         same = said is not None and error.splitlines()[0][:300] == said
         if hit is not None and not same and error.split(":", 1)[0] == raised:
             notes = [*notes, f"the recorded step raised {said}: the same type, another error"]
@@ -213,8 +212,7 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
     if raised is not None:
         notes = [*notes, f"the recorded step raised {raised} after its update, which replays as it ran"]
     # Only statistics on both sides count: a key a later commit adds or drops is listed, not a
-    # difference, so a bisect does not blame a commit for logging one more number. The replayed
-    # values are read as the hook read the recorded ones (a 0-dim tensor is its number).
+    # difference. Replayed values are read as the hook read the recorded ones (0-dim tensors too).
     stats = plain_stats(replayed.stats)
     common = [k for k in snap.stats if k in stats]
     rows = compare_stats({k: snap.stats[k] for k in common}, {k: stats[k] for k in common},
