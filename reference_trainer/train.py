@@ -129,7 +129,7 @@ def train(model, tasks: list[Task], tok: Tokenizer, cfg: RLConfig, steps: int, b
             tap("sampled", step=step, model=model, batch=batch, trajs=trajs)
         if hook is not None:
             hook.before_update(step, model=model, optimizer=optimizer, batch=batch, generators={"train": gen},
-                               frozen={"ref": ref_model})   # stored only when a snapshot is saved
+                               frozen={"ref": ref_model}, scheduler=scheduler)   # stored only when a snapshot is saved
         update_stats = rl_update(model, optimizer, batch, cfg, bug, ref_model, gen, tap, scheduler)
         sync_sampler(sampler, model, bug)
         if bug == "ref_synced" and ref_model is not None:   # reference synced to the policy every step (aburkov/theLMbook#8)

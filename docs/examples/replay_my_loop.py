@@ -16,7 +16,7 @@ import sys
 import torch
 
 from rlbisect.steps import Replayed, SnapshotHook
-from rlbisect.steps.capture import copy_tensors, diff_norm, state_digest
+from rlbisect.steps.capture import copy_tensors, diff_norm, optimizer_digest, state_digest
 from rlbisect.steps.replay import restore
 
 LR = 1e-2
@@ -58,7 +58,8 @@ class Replayer:
         stats = update(model, optimizer, copy_tensors(snapshot.batch))
         after = model.state_dict()
         return Replayed(stats, state_digest(after), update_norm=diff_norm(after, snapshot.model),
-                        update_diff_norm=None if snapshot.post_update is None else diff_norm(after, snapshot.post_update))
+                        update_diff_norm=None if snapshot.post_update is None else diff_norm(after, snapshot.post_update),
+                        post_optimizer_sha256=optimizer_digest(optimizer))
 
 
 def adapter() -> Replayer:

@@ -2,7 +2,7 @@
 
 - ``hook``, ``spikes``      the snapshot hook for any training loop, and the detectors it feeds
 - ``capture``, ``format``, ``trees``   what a step is made of, and its safe file format
-- ``replay``, ``at``        replay here (bit for bit) or with another commit's code
+- ``restore``, ``replay``, ``at``   state back into live objects; replay here (bit for bit) or with another commit's code
 - ``describe``, ``promote`` what ``rlbisect inspect`` shows; a found regression as a pytest file
 """
 

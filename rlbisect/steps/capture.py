@@ -8,6 +8,7 @@ in `format.py`, the code's git identity in `rlbisect.git.repo`, putting state ba
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import numbers
 import random
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from rlbisect.steps.format import RngState, Snapshot
+from rlbisect.steps.trees import encode_tree
 
 
 def plain_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,15 +53,22 @@ def copy_tensors(obj: Any) -> Any:
 
 def capture(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
             batch: dict[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
-            keep_grads: bool = True, **fields: Any) -> Snapshot:
+            keep_grads: bool = True, scheduler: Any = None, **fields: Any) -> Snapshot:
     """Clone the pre-update state in memory (no disk I/O, no device sync); `fields` fill the rest.
 
     Gradients the parameters still hold are state too: a loop that never clears them (or
     accumulates across the step boundary) adds them into this update, and its replay must as well.
     ``keep_grads=False`` where the call comes after the step's own backward (its gradients are
-    the update's, which the replay recomputes).
+    the update's, which the replay recomputes). ``scheduler``: one the update steps itself; a
+    state that cannot be stored (an object in it) is left out and named in ``meta``.
     """
-    return Snapshot(step=step, model=copy_tensors(model.state_dict()),
+    sched = None if scheduler is None else copy_tensors(scheduler.state_dict())
+    try:
+        encode_tree(sched, {}, "sched")
+    except ValueError as e:
+        fields["meta"] = {**fields.get("meta", {}), "scheduler_not_kept": str(e)}
+        sched = None
+    return Snapshot(scheduler=sched, step=step, model=copy_tensors(model.state_dict()),
                     optimizer=None if optimizer is None else copy_tensors(optimizer.state_dict()),
                     batch=copy_tensors(dict(batch)), rng=capture_rng(generators),
                     grads={n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -77,6 +86,15 @@ def state_digest(state: torch.nn.Module | dict[str, torch.Tensor]) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def optimizer_digest(optimizer: torch.optim.Optimizer) -> str:
+    """sha256 of the optimizer's per-parameter state (Adam's moments, step counts): equal iff
+    bit-identical. The param groups (learning rates) are left out: a scheduler stepped after the
+    update, outside what a replay re-runs, changes them."""
+    tensors: dict[str, torch.Tensor] = {}
+    tree = encode_tree(optimizer.state_dict()["state"], tensors, "state")
+    return hashlib.sha256((json.dumps(tree) + state_digest(tensors)).encode()).hexdigest()
 
 
 def fingerprint(module: torch.nn.Module) -> list[float]:

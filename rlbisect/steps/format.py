@@ -8,7 +8,8 @@ File format (`step-NNNNNN.pt` by convention; the content is a plain safetensors 
   optionally `frozen/<module>/<param>` (modules the update reads but never changes, such as a KL
   reference), `post/<param>` (the model after the update, so a replay can measure how far its
   update lands from the recorded one) and `grad/<param>` (gradients the parameters held before
-  the update, which a loop that does not clear them adds into it);
+  the update, which a loop that does not clear them adds into it), `sched/<path>` (tensors of a
+  learning-rate scheduler's state_dict, if the loop gave one);
 * safetensors metadata `rlbisect.meta`: one JSON document with everything else (step, format
   version, config, stats, hits, code identity, torch version, threads, the optimizer state's
   non-tensor structure, the Python `random` state, free-form meta);
@@ -73,6 +74,8 @@ class Snapshot:
     frozen: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # e.g. {"ref": state}
     post_update: dict[str, torch.Tensor] | None = None  # the model's state after the update
     grads: dict[str, torch.Tensor] | None = None  # param name -> .grad held before the update (None: not taken)
+    scheduler: dict | None = None  # an LR scheduler's `state_dict()`, for an update that steps it
+    post_optimizer_sha256: str | None = None  # optimizer_digest after the update, if known
     torch_version: str = torch.__version__
     num_threads: int = field(default_factory=torch.get_num_threads)
     format_version: int = FORMAT_VERSION
@@ -99,6 +102,7 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     plain_batch = all(isinstance(v, torch.Tensor) for v in snap.batch.values())
     try:
         optim = None if snap.optimizer is None else encode_tree(snap.optimizer, tensors)
+        sched = None if snap.scheduler is None else encode_tree(snap.scheduler, tensors, "sched")
         # a batch of tensors keeps the flat layout; one holding None masks, counts or nested
         # containers is stored as a tree
         batch_tree = None if plain_batch else encode_tree(snap.batch, tensors, "batch")
@@ -124,7 +128,8 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
         "hits": [h.to_dict() for h in snap.hits], "meta": snap.meta,
         "post_update_sha256": snap.post_update_sha256, "update_norm": snap.update_norm,
         "model_keys": list(snap.model), "batch_keys": list(snap.batch) if plain_batch else [],
-        "batch_tree": batch_tree, "optimizer": optim,
+        "batch_tree": batch_tree, "optimizer": optim, "scheduler": sched,
+        "post_optimizer_sha256": snap.post_optimizer_sha256,
         "frozen_keys": {name: list(state) for name, state in snap.frozen.items()},
         "post_update_keys": None if snap.post_update is None else list(snap.post_update),
         "grad_keys": None if snap.grads is None else list(snap.grads),
@@ -186,6 +191,8 @@ class _Header(BaseModel):
     frozen_keys: dict[str, list[str]] = {}  # absent in files from before frozen modules existed
     post_update_keys: list[str] | None = None
     grad_keys: list[str] | None = None  # absent in files from before gradients were kept
+    scheduler: Any = None   # the next two: absent in files from before they were kept
+    post_optimizer_sha256: str | None = None
 
 
 def load_snapshot(path: str | os.PathLike) -> Snapshot:
@@ -240,6 +247,11 @@ def _load(path: Path) -> Snapshot:
         optim = decode_tree(head.optimizer, {k: take(k) for k in tensors if k.startswith("optim/")})
         if not isinstance(optim, dict):
             raise SnapshotError("optimizer state is not a dict")
+    sched = None
+    if head.scheduler is not None:
+        sched = decode_tree(head.scheduler, {k: take(k) for k in tensors if k.startswith("sched/")})
+        if not isinstance(sched, dict):
+            raise SnapshotError("scheduler state is not a dict")
     for name in head.frozen_keys:
         _check_module_name(name)
     frozen = {n: {k: take(f"frozen/{n}/{k}") for k in keys} for n, keys in head.frozen_keys.items()}
@@ -258,5 +270,6 @@ def _load(path: Path) -> Snapshot:
         step=head.step, model=model, optimizer=optim, batch=batch, rng=rng, config=head.config,
         stats=head.stats, hits=[Hit.from_dict(h) for h in head.hits], code=CodeIdentity(**vars(head.code)),
         post_update_sha256=head.post_update_sha256, update_norm=head.update_norm,
-        frozen=frozen, post_update=post, grads=grads, torch_version=head.torch_version, num_threads=head.num_threads,
+        frozen=frozen, post_update=post, grads=grads, scheduler=sched,
+        post_optimizer_sha256=head.post_optimizer_sha256, torch_version=head.torch_version, num_threads=head.num_threads,
         format_version=head.format_version, created=head.created, meta=head.meta)

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from rlbisect.git.repo import CodeIdentity, code_identity
-from rlbisect.steps.capture import capture, diff_norm, fingerprint, plain_stats, state_digest
+from rlbisect.steps.capture import capture, diff_norm, fingerprint, optimizer_digest, plain_stats, state_digest
 from rlbisect.steps.format import Snapshot, save_snapshot
 from rlbisect.steps.spikes import DetectorSet, Hit, SpikeConfig, default_detectors
 
@@ -116,7 +116,8 @@ class SnapshotHook:
         self.errors: list[str] = []  # save failures; a debugging aid never stops the run
         self._periodic: list[Path] = []
         self._flagged: list[Path] = []
-        self._pending: tuple[int, Snapshot | None, torch.nn.Module, dict[str, torch.nn.Module]] | None = None
+        self._pending: tuple[int, Snapshot | None, torch.nn.Module, dict[str, torch.nn.Module],
+                             torch.optim.Optimizer | None] | None = None
         self._prints: dict[str, list[float]] = {}   # the frozen modules' fingerprints, last step
         self._moved: float | None = None
 
@@ -124,13 +125,14 @@ class SnapshotHook:
                       batch: Mapping[str, Any],
                       generators: dict[str, torch.Generator] | None = None,
                       frozen: Mapping[str, torch.nn.Module | None] | None = None,
-                      keep_grads: bool = True) -> None:
+                      keep_grads: bool = True, scheduler: Any = None) -> None:
         """Clone what the update is about to consume. Call right before the update's first RNG use.
 
         `frozen` modules are only referenced here (the update must not change them); a frozen
         module that *is* the model is skipped: its pre-update state is the model's. The gradients
         the parameters hold are kept too (a loop that does not clear them adds them into the
-        update); `keep_grads=False` where this is called after the update's own backward.
+        update); `keep_grads=False` where this is called after the update's own backward. Pass the
+        learning-rate `scheduler` when the update steps it (between minibatches), so a replay can too.
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -143,17 +145,17 @@ class SnapshotHook:
         self._moved = float(bool(moving)) if both else None
         self._prints = prints
         snap = None if self.dir is None else capture(step, model, optimizer, dict(batch), generators, keep_grads,
-                                                     config=self.config, meta=self.meta, code=self.code)
+                                                     scheduler, config=self.config, meta=self.meta, code=self.code)
         if snap is not None:   # a module seen moving may move again before the save: keep it as read now
             snap.frozen = {n: {k: t.detach().clone() for k, t in kept[n].state_dict().items()} for n in moving}
-        self._pending = (step, snap, model, kept)
+        self._pending = (step, snap, model, kept, optimizer)
 
     def after_update(self, step: int, stats: Mapping[str, Any]) -> list[Hit]:
         """Feed the step's logged statistics to the detectors; save the kept state if needed."""
         if self._pending is None or self._pending[0] != step:
             kept = None if self._pending is None else self._pending[0]
             raise RuntimeError(f"after_update({step}) without a matching before_update (kept: {kept})")
-        _, snap, model, frozen = self._pending
+        _, snap, model, frozen, optimizer = self._pending
         self._pending = None
         logged = plain_stats(stats)
         # the detectors also see the hook's own observation; the snapshot keeps only what the update
@@ -164,7 +166,7 @@ class SnapshotHook:
         if snap is not None and (hits or (self.every is not None and step % self.every == 0)):
             snap.stats, snap.hits = logged, hits
             self._keep_frozen(snap, frozen)
-            self._save(snap, model)
+            self._save(snap, model, optimizer)
         return hits
 
     def step_failed(self, error: BaseException) -> Path | None:
@@ -175,7 +177,7 @@ class SnapshotHook:
         if self._pending is None or not isinstance(error, Exception):   # Ctrl-C is no finding
             self._pending = None
             return None
-        step, snap, model, frozen = self._pending
+        step, snap, model, frozen, optimizer = self._pending
         self._pending = None
         message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
         hit = Hit("raised", type(error).__name__, step, None, f"the step raised {message}")
@@ -185,7 +187,7 @@ class SnapshotHook:
         snap.hits, snap.stats = [hit], {}
         self._keep_frozen(snap, frozen)
         before = len(self.saved)
-        self._save(snap, model)
+        self._save(snap, model, optimizer)
         return self.saved[-1] if len(self.saved) > before else None
 
     def _keep_frozen(self, snap: Snapshot, frozen: dict[str, torch.nn.Module]) -> None:
@@ -199,10 +201,11 @@ class SnapshotHook:
     @contextmanager
     def update(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                batch: Mapping[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
-               frozen: Mapping[str, torch.nn.Module | None] | None = None) -> Iterator[StepRecord]:
+               frozen: Mapping[str, torch.nn.Module | None] | None = None,
+               scheduler: Any = None) -> Iterator[StepRecord]:
         """`with hook.update(step, model, opt, batch) as rec: rec.log(train_step(...))`; hits in rec.hits."""
         rec = StepRecord(step)
-        self.before_update(step, model, optimizer, batch, generators, frozen)
+        self.before_update(step, model, optimizer, batch, generators, frozen, scheduler=scheduler)
         try:
             yield rec
         except BaseException as e:
@@ -212,9 +215,10 @@ class SnapshotHook:
             raise RuntimeError("call rec.log(stats) inside `with hook.update(...)`")
         rec.hits = self.after_update(step, rec.stats)
 
-    def _save(self, snap: Snapshot, model: torch.nn.Module) -> None:
+    def _save(self, snap: Snapshot, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         after = model.state_dict()  # live references: written out below, before training resumes
         snap.post_update_sha256 = state_digest(after)
+        snap.post_optimizer_sha256 = None if optimizer is None else optimizer_digest(optimizer)
         snap.update_norm = diff_norm(after, snap.model)
         if self.keep_post_update:
             snap.post_update = after

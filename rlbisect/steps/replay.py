@@ -1,7 +1,7 @@
 """Putting a snapshot back into live objects, replaying its update, and judging the result.
 
-The generic half of `rlbisect replay`: restore model / optimizer / RNGs, compare recorded and
-replayed statistics, judge the parameters, render the verdict. Re-running a trainer's update is the
+The generic half of `rlbisect replay`: compare recorded and replayed statistics (the state goes back
+through :mod:`.restore`), judge the parameters, render the verdict. Re-running a trainer's update is the
 trainer's glue, registered in :data:`REPLAYERS` by the trainer name a snapshot records (see
 :mod:`rlbisect.registry`), e.g. ``rlbisect.tinyagent.replay`` for TinyAgent's:
 
@@ -16,7 +16,6 @@ run at all (exit 2) and `UpdateRaised` when the trainer's own update raised (a d
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -24,9 +23,11 @@ import torch
 
 from rlbisect.errors import InputError, describe, printable
 from rlbisect.metrics import is_timing
-from rlbisect.steps.capture import copy_tensors, plain_stats
+from rlbisect.steps.capture import plain_stats
 from rlbisect.registry import Registry
 from rlbisect.steps.format import Snapshot
+from rlbisect.steps.restore import (restore, restore_model, restore_optimizer,  # noqa: F401 (the replayers' API)
+                                    restore_rng, restore_scheduler)
 
 #: trainer name (a snapshot's ``config["trainer"]``) -> ``fn(snap, bug) -> Replayed``. A name read
 #: from a snapshot only selects one of these: no import path is ever read out of a snapshot.
@@ -41,51 +42,6 @@ class ReplayError(InputError):
 
 class UpdateRaised(Exception):
     """The trainer's update raised while replaying: the step no longer replays (exit 1)."""
-
-
-# --- restore ----------------------------------------------------------------------------------------
-
-def restore_model(snap: Snapshot, model: torch.nn.Module) -> None:
-    """The parameters and buffers, and the gradients they held (a snapshot that kept none leaves
-    them as they are)."""
-    model.load_state_dict(snap.model)  # copies into the existing parameters
-    if snap.grads is not None:
-        params = dict(model.named_parameters())
-        if unknown := sorted(set(snap.grads) - set(params)):
-            raise ValueError(f"the snapshot holds gradients of parameters this model lacks: {unknown[:3]}")
-        for name, p in params.items():
-            held = snap.grads.get(name)
-            p.grad = None if held is None else held.clone().to(p.device)
-
-
-def restore_optimizer(snap: Snapshot, optimizer: torch.optim.Optimizer) -> None:
-    if snap.optimizer is None:
-        raise ValueError("this snapshot holds no optimizer state")
-    # load_state_dict keeps same-dtype tensors by reference: clone so replay cannot edit the snapshot.
-    optimizer.load_state_dict(copy_tensors(snap.optimizer))
-
-
-def restore_rng(snap: Snapshot, generators: dict[str, torch.Generator] | None = None) -> None:
-    """Set the global torch RNG, Python `random`, and each named generator (names must match)."""
-    generators = generators or {}
-    if set(generators) != set(snap.rng.generators):
-        raise ValueError(f"generators {sorted(generators)} do not match the snapshot's "
-                         f"{sorted(snap.rng.generators)}")
-    if snap.rng.torch is not None:
-        torch.set_rng_state(snap.rng.torch.clone())
-    for name, g in generators.items():
-        g.set_state(snap.rng.generators[name].clone())
-    if snap.rng.python is not None:
-        random.setstate(snap.rng.python)
-
-
-def restore(snap: Snapshot, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-            generators: dict[str, torch.Generator] | None = None) -> None:
-    """Put model, optimizer and RNGs back to the state right before the recorded update."""
-    restore_model(snap, model)
-    if optimizer is not None:
-        restore_optimizer(snap, optimizer)
-    restore_rng(snap, generators)
 
 
 # --- compare ----------------------------------------------------------------------------------------
@@ -144,6 +100,7 @@ class Replayed:
     update_norm: float | None = None       # ||params after - params before||
     update_diff_norm: float | None = None  # ||replayed after - recorded after|| (needs snap.post_update)
     notes: list[str] = field(default_factory=list)
+    post_optimizer_sha256: str | None = None   # capture.optimizer_digest after the update
 
 
 def replay_in_process(snap: Snapshot, bug: str | None = None, replayer=None) -> Replayed:
@@ -227,9 +184,14 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
         params_ok = equal is not False
     else:   # the distance between the two updates: two of one size in opposite directions differ
         params_ok = dn is not None and dn <= tolerance * (1 + (rec_norm or 0.0))
+    # the optimizer's moments and step counts: a fault can damage them and leave the weights alone
+    rec_opt, rep_opt = snap.post_optimizer_sha256, replayed.post_optimizer_sha256
+    optim_equal = None if rec_opt is None or rep_opt is None else rec_opt == rep_opt
+    ok = params_ok and (optim_equal is not False or tolerance > 0)
     params = {"recorded_sha256": snap.post_update_sha256, "replayed_sha256": replayed.post_update_sha256,
               "digest_equal": equal, "recorded_update_norm": rec_norm, "replayed_update_norm": rep_norm,
-              "update_diff_norm": dn, "ok": params_ok}
+              "update_diff_norm": dn, "weights_ok": params_ok, "optimizer_equal": optim_equal,
+              "ok": ok}
     all_notes = [*notes, *replayed.notes] + [
         f"the frozen module {n!r} changed during the recorded step and was saved as it was after it: "
         "the replay reads another one than the update did, so it cannot match" for n in snap.meta.get("frozen_changed", [])]
@@ -242,7 +204,13 @@ def judge(snap: Snapshot, replayed: Replayed | None, tolerance: float = 0.0, err
             raise ReplayError("nothing to compare: no recorded statistic is produced by the update, "
                               "and the snapshot records no post-update digest")
         all_notes.append("the snapshot records no post-update digest: parameters not checked")
-    return ReplayReport(snap.step, all(r.ok for r in rows) and params_ok, rows, not_replayed, not_recorded,
+    if optim_equal is False and tolerance > 0:
+        all_notes.append("the optimizer's state after the step differs in bits: not measured, so not "
+                         "judged under a tolerance")
+    elif optim_equal is None and rec_opt is not None:
+        all_notes.append("the replayer gives no post_optimizer_sha256: the optimizer's state after the step "
+                         "is not compared")
+    return ReplayReport(snap.step, all(r.ok for r in rows) and ok, rows, not_replayed, not_recorded,
                         params, all_notes, None, tolerance)
 
 
@@ -283,6 +251,8 @@ def _render(report: ReplayReport) -> str:
                     f"replayed {_num(p['replayed_update_norm'])}" if p["replayed_update_norm"] is not None else "")
                  + (f"; ||replayed - recorded update|| = {p['update_diff_norm']:.3g}"
                     if p["update_diff_norm"] is not None else ""))
+    if p["optimizer_equal"] is not None:
+        lines.append(f"optimizer state after the step: {'identical' if p['optimizer_equal'] else 'DIFFERENT'}")
     if report.not_replayed:
         lines.append("not replayed (rollout side or evaluation, not recomputed by the update): "
                      + ", ".join(report.not_replayed))
@@ -296,5 +266,6 @@ def _render(report: ReplayReport) -> str:
                  for r in report.rows if not r.ok]
         lines.append(f"DIFFERS: {len(moved)} of {len(report.rows)} statistics moved"
                      + (" (biggest first): " + ", ".join(moved) if moved else "")
-                     + ("" if p["ok"] else "; parameters differ"))
+                     + ("" if p["weights_ok"] else "; parameters differ")
+                     + ("" if p["ok"] or not p["weights_ok"] else "; the optimizer's state after the step differs"))
     return "\n".join(lines)

@@ -9,8 +9,9 @@ from pathlib import Path
 def replay_reference(snap, bug: str | None = None):
     """Re-run a TinyAgent snapshot's update with the importable ``reference_trainer``.
 
-    Mirrors ``reference_trainer.train.train`` around ``rl_update``: the policy in eval mode, Adam,
-    the "train" generator, the recorded thread count. The KL reference is the one the snapshot
+    Mirrors ``reference_trainer.train.train`` around ``rl_update``: the policy in eval mode, the
+    configured optimizer and its learning-rate schedule (stepped inside the update: the recorded
+    position, the run's length from the config), the "train" generator, the recorded thread count. The KL reference is the one the snapshot
     carries (the base policy the run started from); a snapshot without it falls back to the cached
     base policy, and says so. ``bug``: None replays with the recorded fault switch, "none" with no
     fault, a name with that fault.
@@ -18,9 +19,9 @@ def replay_reference(snap, bug: str | None = None):
     import torch
 
     from rlbisect.errors import describe
-    from rlbisect.steps.capture import copy_tensors, diff_norm, state_digest
+    from rlbisect.steps.capture import copy_tensors, diff_norm, optimizer_digest, state_digest
     from rlbisect.steps.replay import (Replayed, ReplayError, UpdateRaised, restore_model,
-                                       restore_optimizer, restore_rng)
+                                       restore_optimizer, restore_rng, restore_scheduler)
     try:
         import reference_trainer
         from reference_trainer.config import RLConfig
@@ -28,7 +29,7 @@ def replay_reference(snap, bug: str | None = None):
         from reference_trainer.policy import Policy
         from reference_trainer.tasks import make_tasks
         from reference_trainer.tokenizer import build_tokenizer
-        from reference_trainer.update import make_ref, rl_update
+        from reference_trainer.update import make_optimizer, make_ref, make_scheduler, rl_update
     except Exception as e:  # noqa: BLE001 - code at another commit may not import at all
         raise ReplayError(f"cannot import the reference trainer: {type(e).__name__}: {e}") from None
     notes = [f"trainer code: {Path(reference_trainer.__file__).parent}"]
@@ -41,9 +42,17 @@ def replay_reference(snap, bug: str | None = None):
         torch.set_num_threads(threads)
         tok = build_tokenizer(make_tasks("all"))
         model = Policy(len(tok)).eval()
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.update.lr)
+        optimizer = make_optimizer(model, cfg.update)
+        scheduler = None   # built before the optimizer's state goes back: building one sets the rates
+        if snap.scheduler is not None and isinstance(total := snap.config.get("optimizer_steps"), int):
+            scheduler = make_scheduler(optimizer, cfg.update, total, bug)
         restore_model(snap, model)
         restore_optimizer(snap, optimizer)
+        if scheduler is not None:
+            restore_scheduler(snap, scheduler)
+        elif cfg.update.lr_schedule != "constant" or cfg.update.warmup_steps:
+            notes.append("the snapshot holds no learning-rate schedule: replayed at the recorded rate throughout "
+                         "the update (its minibatches after the first may not match)")
         ref = make_ref(model, cfg, bug)
         if ref is not None and ref is not model:
             if "ref" in snap.frozen:
@@ -61,11 +70,11 @@ def replay_reference(snap, bug: str | None = None):
         notes.append(f"replayed with fault {bug or 'none'} (recorded with "
                      f"{snap.config.get('bug') or 'none'})")
     try:
-        stats = rl_update(model, optimizer, copy_tensors(snap.batch), cfg, bug, ref, gen)
+        stats = rl_update(model, optimizer, copy_tensors(snap.batch), cfg, bug, ref, gen, scheduler=scheduler)
     except Exception as e:  # noqa: BLE001 - the trainer's own update failing is a finding
         raise UpdateRaised(f"{type(e).__name__}: {e}".splitlines()[0]) from None
     after = model.state_dict()
     return Replayed(stats=stats, post_update_sha256=state_digest(after),
                     update_norm=diff_norm(after, snap.model),
                     update_diff_norm=None if snap.post_update is None else diff_norm(after, snap.post_update),
-                    notes=notes)
+                    notes=notes, post_optimizer_sha256=optimizer_digest(optimizer))

@@ -59,13 +59,16 @@ def detector_config(cfg):
     return SpikeConfig.for_trainer(cfg.update.epochs * cfg.update.minibatches)
 
 
-def make_hook(snapshot_dir, every: int | None, cfg, bug: str | None):
+def make_hook(snapshot_dir, every: int | None, cfg, bug: str | None, steps: int | None = None):
     """The hook ``rlbisect train`` arms (watching only, without ``--snapshot-dir``): a config ``replay_reference`` can rebuild
-    from, the post-update weights, and room for every snapshot of a short run."""
+    from (with the run's length in optimizer steps, which the learning-rate schedule reads), the
+    post-update weights, and room for every snapshot of a short run."""
     from rlbisect.steps.hook import SnapshotHook
+    u = cfg.update
+    length = {} if steps is None else {"optimizer_steps": steps * u.epochs * u.minibatches}
     return SnapshotHook(snapshot_dir, every=every, keep_last=KEEP, max_snapshots=KEEP,
                         keep_post_update=True, detectors=detector_config(cfg),
-                        config={"trainer": "reference_trainer", "bug": bug, "rl": cfg.model_dump()})
+                        config={"trainer": "reference_trainer", "bug": bug, "rl": cfg.model_dump(), **length})
 
 
 def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
@@ -93,7 +96,7 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
     if s.snapshot_every is not None and s.snapshot_dir is None:
         raise InputError("--snapshot-every needs --snapshot-dir")
     # without --snapshot-dir the hook still watches (and says so): only saving needs a directory
-    hook = make_hook(s.snapshot_dir, s.snapshot_every, cfg, s.bug)
+    hook = make_hook(s.snapshot_dir, s.snapshot_every, cfg, s.bug, s.steps)
     result = TrainResult()
     sink = open(s.out, "w") if s.out else None
 

@@ -253,3 +253,24 @@ def test_judge_counts_only_statistics_on_both_sides(last):
     snap.post_update_sha256 = None
     with pytest.raises(ReplayError, match="nothing to compare"):
         judge(snap, Replayed({"new_metric": 1.0}, "0" * 64))
+
+
+@pytest.mark.parametrize("update", [{"lr_schedule": "linear", "warmup_steps": 3},
+                                    {"optimizer": "adamw", "weight_decay": 0.1, "lr_schedule": "cosine"}])
+def test_a_run_with_a_learning_rate_schedule_replays_bit_for_bit(update, tmp_path):
+    """TinyAgent steps its schedule after every minibatch, inside the update: the replay rebuilds the
+    configured optimizer and schedule at the recorded position (it replayed at one rate, and differed)."""
+    from reference_trainer.config import make_config
+    from reference_trainer.train import run
+    from rlbisect.tinyagent.train import make_hook
+    cfg = make_config(seed=0)
+    cfg = cfg.model_copy(update={"update": cfg.update.model_copy(update=update)})
+    hook = make_hook(tmp_path, 1, cfg, None, steps=3)
+    run(cfg, steps=3, hook=hook, evaluate=False)
+    for path in hook.kept():
+        out = json.loads(cli("replay", str(path), "--json").output)
+        assert out["identical"] and out["params"]["optimizer_equal"], (path.name, out["moved"], out["notes"])
+    snap = load_snapshot(hook.kept()[-1])
+    snap.scheduler = None   # a file without the schedule: replayed at one rate, and said so
+    out = json.loads(cli("replay", str(save_snapshot(tmp_path / "no-schedule.pt", snap)), "--json").output)
+    assert not out["identical"] and any("no learning-rate schedule" in n for n in out["notes"])

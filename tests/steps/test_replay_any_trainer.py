@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlbisect.steps import SnapshotHook
+from rlbisect.steps import SnapshotHook, load_snapshot
 from rlbisect.steps.at import replay
 from rlbisect.steps.replay import Replayed, ReplayError, UpdateRaised, render_report
 
@@ -142,3 +142,70 @@ def test_the_documented_example_of_ones_own_loop_replays_and_promotes(tmp_path):
     ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "t")],
                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+def _adam_loop(tmp_path: Path, steps: int = 3):
+    """Own loop: Adam with a step-wise schedule stepped inside the update (between minibatches)."""
+    from rlbisect.steps.capture import diff_norm, optimizer_digest, state_digest
+    from rlbisect.steps.replay import restore
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        return model, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+    def update(model, opt, sched, batch, damage=False):
+        for half in (slice(0, 4), slice(4, 8)):
+            opt.zero_grad()
+            loss = ((model(batch["x"][half]) - batch["y"][half]) ** 2).mean()
+            loss.backward()
+            opt.step()
+            sched.step()
+        if damage:   # the weights are those of a correct step; the next step's are not
+            for st in opt.state.values():
+                st["exp_avg_sq"].mul_(0.5)
+        return {"loss": loss.item()}
+
+    model, opt, sched = build()
+    data = torch.Generator().manual_seed(1)
+    hook = SnapshotHook(tmp_path / "snaps", every=1, config={"trainer": "adam_loop"})
+    for step in range(steps):
+        batch = {"x": torch.randn(8, 4, generator=data), "y": torch.randn(8, 1, generator=data)}
+        hook.before_update(step, model, opt, batch, scheduler=sched)
+        hook.after_update(step, update(model, opt, sched, batch))
+
+    def replayer(damage=False, schedule=True):
+        def run(snap, bug):
+            model, opt, sched = build()
+            restore(snap, model, opt, scheduler=sched if schedule else None)
+            stats = update(model, opt, sched if schedule else torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0),
+                           snap.batch, damage)
+            after = model.state_dict()
+            return Replayed(stats, state_digest(after), diff_norm(after, snap.model),
+                            post_optimizer_sha256=optimizer_digest(opt))
+        return run
+    return hook.saved[-1], replayer
+
+
+def test_the_optimizers_state_after_the_step_is_compared(tmp_path):
+    """A fault that damages only Adam's moments leaves this step's weights right: the replay names the
+    optimizer's state. Under a tolerance it is a note, not a verdict."""
+    path, replayer = _adam_loop(tmp_path)
+    assert replay(path, replayer=replayer()).identical
+    report = replay(path, replayer=replayer(damage=True))
+    assert not report.identical and report.params["digest_equal"] and report.params["optimizer_equal"] is False
+    text = render_report(report)
+    assert "optimizer state after the step: DIFFERENT" in text and text.endswith("the optimizer's state after the step differs")
+    loose = replay(path, replayer=replayer(damage=True), tolerance=1e-6)
+    assert loose.identical and any("optimizer's state after the step differs in bits" in n for n in loose.notes)
+
+
+def test_a_schedule_stepped_inside_the_update_replays_from_its_recorded_position(tmp_path):
+    """The learning rate halves after each minibatch: the scheduler's state is saved with the step,
+    and a replay that restores it matches; one that keeps the recorded rate throughout does not."""
+    path, replayer = _adam_loop(tmp_path)
+    snap = load_snapshot(path)
+    assert snap.scheduler is not None and snap.scheduler["last_epoch"] == 4   # two steps of two minibatches
+    assert replay(path, replayer=replayer()).identical
+    assert not replay(path, replayer=replayer(schedule=False)).identical

@@ -30,7 +30,7 @@ import torch
 from transformers import TrainerCallback
 
 from rlbisect.metrics import METRICS
-from rlbisect.steps.capture import diff_norm, state_digest
+from rlbisect.steps.capture import diff_norm, optimizer_digest, state_digest
 from rlbisect.steps.hook import SnapshotHook
 from rlbisect.steps.replay import Replayed, ReplayError, UpdateRaised, restore
 from rlbisect.steps.spike_rules import SpikeConfig
@@ -270,4 +270,5 @@ def replay_step(trainer, model: torch.nn.Module, snap) -> Replayed:
             trainer._step = step
     after = model.state_dict()
     return Replayed(step_stats(trainer, window), state_digest(after), diff_norm(after, snap.model),
-                    diff_norm(after, snap.post_update) if snap.post_update is not None else None)
+                    diff_norm(after, snap.post_update) if snap.post_update is not None else None,
+                    post_optimizer_sha256=optimizer_digest(opt))

@@ -222,7 +222,7 @@ def replay(snap, bug: Optional[str] = None) -> Replayed:
     from rlbisect.frameworks.verl import tiny
     from rlbisect.frameworks.verl._internals import require_verl
     from rlbisect.check.loading import AdapterNotFound, AdapterUnfit
-    from rlbisect.steps.capture import diff_norm, state_digest
+    from rlbisect.steps.capture import diff_norm, optimizer_digest, state_digest
     try:
         version = require_verl()
     except (AdapterNotFound, AdapterUnfit) as e:
@@ -251,7 +251,8 @@ def replay(snap, bug: Optional[str] = None) -> Replayed:
         raise UpdateRaised(f"{type(e).__name__}: {e}".splitlines()[0]) from e
     after = module.state_dict()
     return Replayed(w.stats(metrics), state_digest(after), diff_norm(after, snap.model),
-                    diff_norm(after, snap.post_update) if snap.post_update is not None else None, notes)
+                    diff_norm(after, snap.post_update) if snap.post_update is not None else None, notes,
+                    optimizer_digest(optimizer))
 
 
 def demo_run(directory, steps: int = 3, seed: int = 0, every: Optional[int] = None, bug: Optional[str] = None,
