@@ -103,7 +103,18 @@ def _old_logp_frozen(ctx):
     if ctx.offers.capabilities.one_step_per_batch:
         return NotApplicable("one optimizer step per sampled batch: the old log-prob is the current one by design")
     value = float(ctx.stepped["stats"]["approx_kl"])
-    return value, value > ctx.t.approx_kl
+    if value > ctx.t.approx_kl:
+        return value, True
+    # A correct update's approx_kl is a fraction of how far the whole update moved the policy. An
+    # update too small to clear the limit that way (a tiny learning rate) cannot tell a frozen
+    # old_logp from a fresh one: no verdict rather than a false alarm.
+    moved = (ctx.stepped["new_logp"] - ctx.trainer_logp)[ctx.truth.owned.bool()].double()
+    scale = 0.5 * float(moved.pow(2).mean()) if moved.numel() else 0.0
+    if scale < 100 * ctx.t.approx_kl:
+        return NotApplicable(f"approx_kl {value:.3g} is under the limit {ctx.t.approx_kl:g}, but the update moved the "
+                             f"policy by only {scale:.3g} (half the mean squared change of log pi): too small a step "
+                             "to tell; raise the learning rate for the check, or lower approx_kl in --thresholds")
+    return value, False
 
 
 @INVARIANTS.register("update raises log pi where A > 0")

@@ -40,3 +40,28 @@ def test_commits_the_adapter_does_not_fit_are_skipped_not_blamed(tmp_path, run_c
         assert p["verdict"] == {"fits": "good", "cannot": "skip", "bad": "bad"}[state], p
         if state == "cannot":
             assert p["values"]["exit_code"] == 125 and "cannot run the checks here" in p["output"]
+
+
+@pytest.mark.slow
+def test_a_relative_adapter_means_in_each_checkout_what_it_means_in_your_folder(tmp_path, run_cli, monkeypatch):
+    """Run from sub/ with --adapter adapter.py:make: each probe reads sub/adapter.py of its commit
+    (it read adapter.py at the top, missing there: every probe a skip). An uncommitted edit to it is
+    refused: the probes would run the committed copy."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    shas = []
+    for i, state in enumerate(["fits", "fits", "bad", "bad"]):
+        (repo / "sub" / "adapter.py").write_text(ADAPTERS[state])
+        (repo / "n").write_text(f"{i}\n")
+        git(repo, "add", "sub/adapter.py", "n")
+        git(repo, "commit", "-qm", f"c{i} {state}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    monkeypatch.chdir(repo / "sub")
+    args = ["main~3..main", "--adapter", "adapter.py:make", "--no-runs", "--checks", "8", "--verify", "0"]
+    code, out, data = run_cli(args)
+    assert code == 0 and data["first_bad"] == shas[2], out
+    assert all(p["verdict"] != "skip" for p in data["probes"])
+    (repo / "sub" / "adapter.py").write_text(ADAPTERS["fits"] + "# edited\n")
+    code, out, _ = run_cli(args)
+    assert code == 2 and "adapter.py (the adapter) has uncommitted changes" in out, out

@@ -28,7 +28,7 @@ from rlbisect._proc.client import ask
 from rlbisect._proc.worker import CannotRun, Reply, worker_main
 from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, Probe,
                                         from_worker)
-from rlbisect.bisect.predicates.command import file_digests, missing_here
+from rlbisect.bisect.predicates.command import edited_here, file_digests, folder_in, missing_here
 from rlbisect.errors import Cause, InputError, Verdict
 from rlbisect.git.repo import probe_env
 
@@ -66,11 +66,16 @@ class InvariantsPredicate(BasePredicate):
                            "rlbisect": __version__}, sort_keys=True)
 
     def preflight(self, repo, commit: str) -> None:
-        """A relative FILE.py adapter is read from each checkout: it must be in the commits; the
-        checks ``--checks`` names must exist."""
-        where = (self.options.adapter or "").rpartition(":")[0]
+        """A relative FILE.py adapter is read from each checkout: it must be in the commits without
+        uncommitted edits, and means there what it means in your folder (a path from the top of the
+        checkout from here on); the checks ``--checks`` names must exist."""
+        where, _, factory = (self.options.adapter or "").rpartition(":")
         if where.endswith(".py") and not os.path.isabs(where):
-            missing_here(repo, commit, [where], "the adapter")
+            folder = folder_in(repo)
+            missing_here(repo, commit, [where], "the adapter", folder)
+            edited_here(repo, [where], "the adapter")
+            self.options = self.options.model_copy(
+                update={"adapter": f"{os.path.normpath(os.path.join(folder, where))}:{factory}"})
         elif where.endswith(".py") and not os.path.isfile(where):   # outside the repository: one file for all
             raise InputError(f"--adapter {self.options.adapter}: no such file {where}")
         if self.options.checks:      # an unknown check, or run-level ones with --no-runs: refused now
