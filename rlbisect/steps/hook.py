@@ -216,12 +216,6 @@ class SnapshotHook:
         rec.hits = self.after_update(step, rec.stats)
 
     def _save(self, snap: Snapshot, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
-        after = model.state_dict()  # live references: written out below, before training resumes
-        snap.post_update_sha256 = state_digest(after)
-        snap.post_optimizer_sha256 = None if optimizer is None else optimizer_digest(optimizer)
-        snap.update_norm = diff_norm(after, snap.model)
-        if self.keep_post_update:
-            snap.post_update = after
         assert self.dir is not None   # snapshots are only captured with a directory
         path = self.dir / snapshot_name(snap.step)
         k = 0
@@ -234,6 +228,12 @@ class SnapshotHook:
             warnings.warn(f"rlbisect: {self.dir} already holds {snapshot_name(snap.step)} from another run: "
                           f"this one is {path.name}", stacklevel=3)
         try:
+            after = model.state_dict()  # live references: written out below, before training resumes
+            snap.post_update_sha256 = state_digest(after)
+            snap.post_optimizer_sha256 = None if optimizer is None else optimizer_digest(optimizer)
+            snap.update_norm = diff_norm(after, snap.model)
+            if self.keep_post_update:
+                snap.post_update = after
             save_snapshot(path, snap)
         except Exception as e:  # noqa: BLE001 - a debugging aid never stops the training run
             self.errors.append(f"step {snap.step}: {e}")

@@ -225,6 +225,27 @@ def test_save_failure_warns_and_training_continues(tmp_path, monkeypatch):
     assert len(hook.errors) == 2 and hook.kept() == [] and hits == [[], []]
 
 
+def test_state_a_file_cannot_hold_is_a_warning_never_a_dead_run(tmp_path):
+    """An optimizer or scheduler whose state holds an object: the step is not saved (optimizer) or
+    saved without the scheduler (named in meta); the loop goes on either way."""
+    model, opt = make_model()
+    opt.state[next(model.parameters())]["handle"] = object()
+    hook = SnapshotHook(tmp_path / "a", every=1)
+    with pytest.warns(UserWarning, match="not saved"):
+        hook.before_update(0, model, opt, collect(model, 0))
+        hook.after_update(0, {"loss": 1.0})
+    assert hook.errors and hook.kept() == []
+    model, opt = make_model()
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    sched.handle = object()   # a scheduler's state_dict is its __dict__
+    hook = SnapshotHook(tmp_path / "b", every=1)
+    hook.before_update(0, model, opt, collect(model, 0), scheduler=sched)
+    hook.after_update(0, {"loss": 1.0})
+    snap = load_snapshot(hook.kept()[0])
+    assert snap.scheduler is None and "cannot store a object" in snap.meta["scheduler_not_kept"]
+    assert snap.post_optimizer_sha256 is not None
+
+
 def test_pydantic_config_is_stored_as_json(tmp_path):
     hook = SnapshotHook(tmp_path, every=1, config=SpikeConfig())
     run(hook, 1)
