@@ -8,10 +8,13 @@ Model. The culprit ``k`` is one of ``0..n+1``; a run at position ``i`` fails wit
 ``f0`` if ``i < k`` and ``f1`` if ``i >= k``, every run independent. ``k`` in ``1..n``: commit
 ``k`` is the first bad one; ``k = 0``: GOOD already behaves like the bad side; ``k = n + 1``: even
 BAD behaves like the good side. Both rates are unknown: the posterior is over ``(k, f0, f1)`` on a
-grid and the culprit's posterior is its marginal. A skip is no information; the commit is barred.
+grid and the culprit's posterior is its marginal. A skip is no information; a commit is barred at
+its second (:data:`SKIPS_TO_BAR`): one can be the machine's (a timeout, a busy device), not the code's.
 
 Prior. ``k``: :data:`END_PRIOR` each for ``0`` and ``n + 1``, the rest even over ``1..n`` (or
-``culprit_prior``). ``(f0, f1)``: :func:`~rlbisect.bisect.bayes_fit.rate_prior`, each rate
+``culprit_prior``); on a range shorter than 48 commits, each end as likely as one commit
+(``1 / (n + 2)``), so the user's marks never answer alone (on one commit, a pass at GOOD and a
+fail at BAD made 0.99). ``(f0, f1)``: :func:`~rlbisect.bisect.bayes_fit.rate_prior`, each rate
 Jeffreys' Beta(1/2, 1/2) on its own (git-bayesect's prior) on a grid over all of [0, 1] with
 ``f1 - f0 >= 0.2``. The prior is U-shaped, so a clean predicate and one that flips rarely lead,
 yet a rise from 0 to 0.3, from 0.05 to 0.5 or from 0.6 to 1 is a point of the same model
@@ -52,6 +55,7 @@ from rlbisect.errors import Verdict
 END_PRIOR = 0.02        #: prior of k = 0 and of k = n + 1 each
 MARGIN = 2.0            #: name a culprit at posterior 1 - (1 - confidence) / MARGIN
 FIT_ALPHA = 0.01        #: misfit below this posterior predictive p-value
+SKIPS_TO_BAR = 2        #: skipped runs at a commit before it is run no more
 FIT_ALPHA_EARLY, FIT_EVERY = 0.001, 16   #: the stricter check every 16 runs, from run 32 on
 
 
@@ -80,7 +84,7 @@ class FlakySearch:
     def __init__(self, n: int, culprit_prior: Sequence[float] | None = None,
                  before_grid: Sequence[float] | None = None,
                  after_grid: Sequence[float] | None = None,
-                 rate_weights: np.ndarray | None = None, end_prior: float = END_PRIOR):
+                 rate_weights: np.ndarray | None = None, end_prior: float | None = None):
         if n < 1:
             raise ValueError("need at least one commit after GOOD (n >= 1)")
         self.n = n
@@ -91,6 +95,7 @@ class FlakySearch:
         w = np.asarray(rate_prior(self.before, self.after) if rate_weights is None
                        else rate_weights, float)
         prior = np.asarray(np.ones(n) if culprit_prior is None else culprit_prior, float)
+        end_prior = max(END_PRIOR, 1 / (n + 2)) if end_prior is None else end_prior
         if len(prior) != n or w.shape != (len(self.before), len(self.after)) \
                 or (prior < 0).any() or (w < 0).any() or not 0 <= end_prior < 0.5:
             raise ValueError("prior lengths must match n and the rate grids; weights >= 0")
@@ -105,14 +110,14 @@ class FlakySearch:
         self._cache: dict = {}
 
     def observe(self, position: int, verdict: Verdict) -> None:
-        """Add one run's verdict at ``position`` (0..n). A skip bars the commit from further
-        runs (like git, an untestable commit is not tried again)."""
+        """Add one run's verdict at ``position`` (0..n). A commit's second skip bars it from
+        further runs (like git, an untestable commit is not tried again)."""
         if not 0 <= position <= self.n:
             raise ValueError(f"position {position} outside 0..{self.n}")
         if verdict not in (Verdict.GOOD, Verdict.BAD, Verdict.SKIP):
             raise ValueError(f"verdict must be good, bad or skip, not {verdict!r}")
         {Verdict.GOOD: self.goods, Verdict.BAD: self.bads, Verdict.SKIP: self.skips}[Verdict(verdict)][position] += 1
-        if verdict == Verdict.SKIP:
+        if verdict == Verdict.SKIP and self.skips[position] >= SKIPS_TO_BAR:
             self.skipped.add(position)
         self.history.append((position, verdict))
         self._cache = {}

@@ -190,10 +190,13 @@ class ProbeCache:
         line = json.dumps(row, sort_keys=True) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # One write() on an O_APPEND descriptor: concurrent runs never interleave a line.
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            # One write() on an O_APPEND descriptor: concurrent runs never interleave a line. A row
+            # torn by a killed run is ended first, or this one would be glued to it and lost too.
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, line.encode())
+                size = os.fstat(fd).st_size
+                torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+                os.write(fd, (("\n" if torn else "") + line).encode())
             finally:
                 os.close(fd)
         except OSError as e:  # a read-only .git must not stop the bisect

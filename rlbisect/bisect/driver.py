@@ -55,6 +55,8 @@ def bisect(repo: str | Path | None, range_spec: str, predicate: Predicate,
     predicate.preflight(user, bad)   # input the probes could never use: refused now
     first_parent = options.first_parent or strategy.first_parent_only
     history, commits = user.history(good, bad, first_parent)
+    # the measured search follows first parents: across merges it would answer another question
+    switch = switch and (first_parent or all(len(ps) < 2 for _, ps in history))
     result = BisectResult(good, bad, strategy=strategy.name, first_parent=first_parent,
                           history=history, commits=commits, terms=options.terms)
     executor = executor or make_executor(options)
@@ -239,14 +241,16 @@ class _Run:
             res.message += f" (exit {codes.pop():g} at every commit probed)"
         if res.status is not Status.FOUND or not strategy.recall or res.first_bad is None:
             return
-        parent = next(iter(dict(res.history).get(res.first_bad) or ()), None)
-        if parent is not None and (doubt := self.prober.verify(res.first_bad, parent)) is not None:
+        parents = list(dict(res.history).get(res.first_bad) or ())
+        parent = next(iter(parents), None)
+        if parent is not None and (doubt := self.prober.verify(res.first_bad, parents)) is not None:
             # a verdict that changed on a rerun: nothing the search concluded stands, the named
             # commit least of all (listed alone, it read as the answer)
-            res.status, res.candidates, res.first_bad, res.message = Status.UNSURE, [], None, doubt
+            res.status, res.candidates, res.first_bad, res.message = doubt[0], [], None, doubt[1]
             return
-        if parent is not None and (doubt := self.prober.confirm(res.first_bad, parent)) is not None:
-            res.status, res.candidates, res.first_bad, res.message = Status.UNSURE, [res.first_bad], None, doubt
+        if parent is not None and (why := self.prober.confirm(res.first_bad, parent)) is not None:
+            # a wrong step may lie anywhere: the named commit, listed alone, would read as the answer
+            res.status, res.candidates, res.first_bad, res.message = Status.UNSURE, [], None, why
             return
         if self.options.diagnose is not False:
             try:

@@ -40,12 +40,12 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from rlbisect.bisect.bayes import Decision, needed
+from rlbisect.bisect.bayes import SKIPS_TO_BAR, Decision, needed
 from rlbisect.bisect.measured_fit import (information_gain, normal_scores, position_sums, side_loglik,
                                           skipped_block, small_move, values_posterior)
 from rlbisect.bisect.measured_pairs import distinct, fresh_seed, pair_loglik, seed_blind
 
-NONE_PRIOR = 0.04                #: prior that nothing in the range changed the metric
+NONE_PRIOR = 0.04                #: prior that nothing in the range changed the metric (1 / (n + 1) if more)
 START_RUNS = 2                   #: runs at GOOD and at BAD before any other
 SECOND_CHANGE = 0.99             #: a side's own change at this posterior makes the answer misfit
 VALUES_STOP, RANKS_AGREE = 0.999, 0.8   #: to name on the values: theirs and the ranks' posterior (lower: more wrong)
@@ -54,17 +54,16 @@ Direction = Literal["lower", "higher", "change"]
 
 
 class MeasuredSearch:
-    """Posterior over the culprit given measured runs at positions ``0..n`` (see the module).
+    """Posterior over the culprit given measured runs at positions ``0..n`` (see the module):
+    index 0 is ``NONE`` (nothing changed), index ``k`` in ``1..n`` the culprit."""
 
-    The posterior's index 0 is ``NONE`` (nothing changed), index ``k`` in ``1..n`` the culprit.
-    """
-
-    def __init__(self, n: int, direction: Direction = "change", none_prior: float = NONE_PRIOR,
+    def __init__(self, n: int, direction: Direction = "change", none_prior: float | None = None,
                  min_effect: float | None = None):
         if n < 1:
             raise ValueError("need at least one commit after GOOD (n >= 1)")
         if direction not in ("lower", "higher", "change"):
             raise ValueError(f"direction must be lower, higher or change, not {direction!r}")
+        none_prior = max(NONE_PRIOR, 1 / (n + 1)) if none_prior is None else none_prior   # marks never answer alone
         if not 0 < none_prior < 1:
             raise ValueError("none_prior must lie in (0, 1)")
         if min_effect is not None and (direction == "change" or not min_effect > 0):
@@ -76,6 +75,7 @@ class MeasuredSearch:
         self.seeds: list[int | None] = []
         self.prints: list[str | None] = []
         self.skipped: set[int] = set()
+        self.skip_runs: dict[int, int] = {}
         self._cache: dict = {}
 
     # -- data ------------------------------------------------------------------------------
@@ -83,11 +83,13 @@ class MeasuredSearch:
     def observe(self, position: int, value: float | None, seed: int | None = None,
                 fingerprint: str | None = None) -> None:
         """One run at ``position`` on ``seed`` (None: never paired) with the ``fingerprint`` of its record
-        (measured_pairs): its value (NaN/Inf, a crash: the worst), or None for a skip (bars the commit)."""
+        (measured_pairs): its value (NaN/Inf, a crash: the worst), or None for a skip (the second bars the commit)."""
         if not 0 <= position <= self.n:
             raise ValueError(f"position {position} outside 0..{self.n}")
         if value is None:
-            self.skipped.add(position)
+            self.skip_runs[position] = self.skip_runs.get(position, 0) + 1
+            if self.skip_runs[position] >= SKIPS_TO_BAR:
+                self.skipped.add(position)
         else:
             value = float(value)
             if not math.isfinite(value):   # a failed run ranks as the worst outcome asked about
@@ -98,9 +100,7 @@ class MeasuredSearch:
             self.prints.append(fingerprint)
         self._cache = {}
 
-    @property
-    def n_obs(self) -> int:
-        return len(self.values) + len(self.skipped)
+    n_obs = property(lambda self: len(self.values) + sum(self.skip_runs.values()), doc="runs so far, skips included")
 
     def next_seed(self, position: int, pending: Sequence[tuple[int, int]] = ()) -> int:
         """The next run's seed at ``position``, past ``pending`` (position, seed) runs (measured_pairs)."""

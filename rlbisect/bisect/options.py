@@ -80,8 +80,9 @@ class BisectOptions(BaseModel):
                                  "e.g. --terms broken,fixed")
         if self.flaky and self.per_commit:
             raise ValueError("--per-commit keeps the per-commit judgement; --flaky is the measured search")
-        if self.flaky and self.verify:
-            raise ValueError("--verify is for a deterministic predicate; --flaky repeats runs itself")
+        if self.flaky and (self.verify or self.confirm_endpoints):
+            raise ValueError(f"--{'verify' if self.verify else 'confirm-endpoints'} is for a deterministic predicate; "
+                             "--flaky runs GOOD and BAD, and repeats runs, itself")
         if not self.flaky:
             for name in ("confidence", "max_runs", "min_effect"):
                 if getattr(self, name) is not None:

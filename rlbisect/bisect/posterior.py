@@ -5,7 +5,7 @@ Pure: no git, no I/O. :class:`Posterior` keeps the posterior over the culprit of
 strategy with numbers instead of verdicts (:mod:`rlbisect.bisect.measured`): every probe is one run
 on the seed the search chooses (the predicate is wrapped to run one,
 :mod:`rlbisect.bisect.predicates.measured_runs`), its value pooled with every other run. Runs that
-failed count as the worst outcome, skipped ones bar their commit. Both mark into git only what they
+failed count as the worst outcome; a commit's second skipped run bars it. Both mark into git only what they
 are sure of, at the end; a round of ``--jobs J`` is J runs planned together.
 """
 
@@ -43,6 +43,10 @@ class Posterior(Strategy):
         self.max_runs = self.max_runs or default_max_runs(len(self.order) - 1)
         self.runs, self.last = 0, 1      # runs so far, and in the last round
         self.decision: Decision | None = None
+
+    def stop_reached(self, p: float) -> str:
+        from rlbisect.bisect.bayes import needed
+        return f"posterior {p:.4g}, the stop {needed(self.confidence):g} for --confidence {self.confidence:g}"
 
     def new_search(self, n: int) -> Any:
         from rlbisect.bisect.bayes import FlakySearch
@@ -94,7 +98,7 @@ class Posterior(Strategy):
         if d.status == "found":
             assert d.first_bad is not None   # set with status "found"
             sha = self.order[int(d.first_bad)]
-            return Conclusion(Status.FOUND, sha, [sha], f"posterior {d.p:.3f} >= {self.confidence}",
+            return Conclusion(Status.FOUND, sha, [sha], self.stop_reached(d.p),
                               extra)
         if d.status == "no_regression":
             # "at least": a commit that made it fail less often (a fix, in a regression search) is
@@ -217,7 +221,7 @@ class MeasuredPosterior(Posterior):
             moved = (f"; {self.metric} median {side['before']['median']:.4g} -> "
                      f"{side['after']['median']:.4g} over {side['before']['runs']} + "
                      f"{side['after']['runs']} runs") if side.get("after", {}).get("runs") else ""
-            why = d.message or f"posterior {d.p:.3f} >= {self.confidence}"
+            why = d.message or self.stop_reached(d.p)
             return Conclusion(Status.FOUND, sha, [sha], f"{why}{moved}",
                               extra)
         if d.status == "no_regression":

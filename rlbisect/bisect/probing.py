@@ -15,6 +15,7 @@ from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from functools import partial
+from typing import Sequence
 
 from rlbisect._proc.signals import SignalTrap
 from rlbisect.bisect.cache import ProbeCache, flaky_identity
@@ -24,7 +25,7 @@ from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates import Predicate, Probe
 from rlbisect.bisect.predicates.command import judged_on_good
 from rlbisect.bisect.report import BisectResult, ProbeRecord, Progress
-from rlbisect.errors import Cause, GitError, Verdict
+from rlbisect.errors import Cause, GitError, Status, Verdict
 from rlbisect.git.repo import Repo
 from rlbisect.git.sandbox import Sandbox
 
@@ -142,10 +143,12 @@ class Prober:
 
     # -- once an answer stands ----------------------------------------------------------------
 
-    def verify(self, culprit: str, parent: str) -> str | None:
-        """``--verify N``: run the culprit and its parent N more times each -> what disagreed with
-        the verdicts the answer rests on (bad at the culprit, good at its parent), or None. A parent
-        git never ran (an ancestor of a good commit, good by git's assumption) runs at least once."""
+    def verify(self, culprit: str, parents: Sequence[str]) -> tuple[Status, str] | None:
+        """``--verify N``: run the culprit and its first parent N more times each -> what disagreed
+        with the verdicts the answer rests on (bad at the culprit, good at its parents), or None.
+        A parent git never ran (an ancestor of a good commit, good by git's assumption) runs at
+        least once, and so does every other parent of a merge (GOOD included) unless the search
+        follows first parents."""
         times = self.options.verify
         if times is None:      # the default: once, when a probe is cheap
             seconds = [p.seconds for p in self.result.probes]
@@ -153,8 +156,12 @@ class Prober:
             times = next((n for limit, n in VERIFY_DEFAULT if median < limit), 0)
         # git takes a commit it never ran for good when it is an ancestor of a good one: the answer
         # rests on that, so the parent runs once even where verifying is off
-        assumed = parent != self.result.good and not any(p.commit == parent for p in self.result.probes)
-        rounds = [[culprit, parent]] * times or ([[parent]] if assumed else [])
+        parent, good = parents[0], self.result.good
+        unrun = {q for q in parents if not any(p.commit == q for p in self.result.probes)}
+        assumed = unrun - ({good} & {parent})   # GOOD as the first parent: the user's mark, as git reads it
+        rounds = [[culprit, parent]] * times or ([[parent]] if parent in assumed else [])
+        # with --first-parent a merge is the answer whatever its side branch held
+        rounds += [[q] for q in parents[1:] if q in assumed and not self.result.first_parent]
         for i, commits in enumerate(rounds):
             self.trap.check()
             self.progress.status(f"verify {i + 1}/{len(rounds)}: {' and '.join(c[:10] for c in commits)} again")
@@ -163,16 +170,22 @@ class Prober:
                 want = Verdict.BAD if c == culprit else Verdict.GOOD
                 if probe.verdict is want:
                     continue
-                if c == parent and assumed and probe.verdict is Verdict.BAD:
-                    return (f"{parent[:12]}, the parent of the commit git named ({culprit[:12]}), was never "
-                            "run: git took it for good, as an ancestor of a good commit, but it is bad "
-                            f"({probe.reason}). The fault is older than that good commit and came back "
-                            "with a branch merged into the range; --first-parent finds the merge")
-                if c == parent and assumed:
+                if c == good and c in unrun and probe.verdict is Verdict.BAD:
+                    return Status.GOOD_FAILS, (
+                        f"GOOD ({good[:12]}) fails ({probe.reason}); it is a parent of the commit git "
+                        f"named ({culprit[:12]}), so the regression is older than the range")
+                if c in assumed and probe.verdict is Verdict.BAD:
+                    return Status.UNSURE, (
+                        f"{c[:12]}, a parent of the commit git named ({culprit[:12]}), was never "
+                        "run: git took it for good, as an ancestor of a good commit, but it is bad "
+                        f"({probe.reason}). The fault is older than that good commit and came back "
+                        "with a branch merged into the range; --first-parent finds the merge")
+                if c in assumed:
                     continue   # a skip at a commit outside the search: nothing against the answer
-                return (f"the predicate is not deterministic: {c[:12]} was {want} and is now "
-                        f"{probe.verdict} ({probe.reason}); use --flaky, or --no-cache if something "
-                        "it reads outside the repository changed")
+                return Status.UNSURE, (
+                    f"the predicate is not deterministic: {c[:12]} was {want} and is now "
+                    f"{probe.verdict} ({probe.reason}); use --flaky, or --no-cache if something "
+                    "it reads outside the repository changed")
         return None
 
     def confirm(self, culprit: str, parent: str) -> str | None:

@@ -135,6 +135,10 @@ def run_cmd(
         direction=direction, runner=runner, window=window, metrics_file=metrics_file,
         metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
         metric_map=parse_metric_map(metric_map) if metric_map else None))
+    if flaky and hasattr(pred, "measures") and pred.measures is None:   # short runs without a --metric
+        raise InputError("--flaky with short runs needs --metric M, whose values it pools: without one each "
+                         "repeat trains the same seeds again and comes out the same, which --flaky would count "
+                         "as new evidence")
     if per_commit and getattr(pred, "measures", None) is None:   # it changes nothing else: say so
         raise InputError("--per-commit keeps short runs with a --metric judged per commit: add "
                          "--predicate short-run --metric M")

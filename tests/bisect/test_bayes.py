@@ -43,7 +43,8 @@ def likelihood(obs: list[tuple[int, str]], k: int, f0: float, f1: float) -> floa
 def brute_force(n: int, obs: list[tuple[int, str]], w: np.ndarray | None = None) -> np.ndarray:
     """P(k, f0, f1) by multiplying every run's likelihood, one at a time (rate prior ``w``)."""
     w = bayes_fit.rate_prior(BEFORE, AFTER) if w is None else w
-    pk = [bayes.END_PRIOR] + [(1 - 2 * bayes.END_PRIOR) / n] * n + [bayes.END_PRIOR]
+    e = max(bayes.END_PRIOR, 1 / (n + 2))   # the ends: as likely as one commit on a short range
+    pk = [e] + [(1 - 2 * e) / n] * n + [e]
     joint = np.zeros((n + 2, len(BEFORE), len(AFTER)))
     for k, (a, f0), (b, f1) in itertools.product(range(n + 2), enumerate(BEFORE),
                                                  enumerate(AFTER)):
@@ -109,7 +110,8 @@ def test_information_gain_matches_brute_force(n):
         for i in range(n + 1):
             # P(bad at i) = P(bad, obs) / P(obs), both by enumeration over (k, f0, f1)
             def evidence(extra):
-                pk = [bayes.END_PRIOR] + [(1 - 2 * bayes.END_PRIOR) / n] * n + [bayes.END_PRIOR]
+                end = max(bayes.END_PRIOR, 1 / (n + 2))
+                pk = [end] + [(1 - 2 * end) / n] * n + [end]
                 return sum(pk[k] * w[a, b] * likelihood(obs + extra, k, f0, f1)
                            for k, (a, f0), (b, f1) in itertools.product(
                                range(n + 2), enumerate(BEFORE), enumerate(AFTER)))
@@ -386,17 +388,33 @@ def test_the_search_repeats_a_commit_when_that_is_most_informative():
 
 # -- skips and determinism ---------------------------------------------------------------------
 
-def test_skip_is_no_information_and_is_not_probed_again():
+def test_skip_is_no_information_and_the_second_bars_the_commit():
+    """One skip can be the machine's (a timeout, a busy device): the commit stays in the search; a
+    second one bars it."""
     s = FlakySearch(9)
     s.observe(3, "good")
     before = s.culprit_posterior().copy()
     s.observe(5, "skip")
     np.testing.assert_array_equal(s.culprit_posterior(), before)
+    assert 5 not in s.skipped and s.information_gain()[5] > 0
+    s.observe(5, "skip")
     assert s.information_gain()[5] == 0.0 and 5 in s.skipped
-    assert s.runs_per_position()[5] == {"good": 0, "bad": 0, "skip": 1}
+    assert s.runs_per_position()[5] == {"good": 0, "bad": 0, "skip": 2}
     for _ in range(10):
         s.observe(s.next_probe(), "good")
         assert s.next_probe() != 5
+
+
+def test_a_transient_skip_next_to_the_culprit_still_gets_an_answer():
+    """A run that timed out once, at the culprit's parent: it barred the commit, and the search
+    ended with only skipped commits left (exit 3)."""
+    first = {4: True}
+    def oracle(i):
+        if first.pop(i, False):
+            return "skip"
+        return "bad" if i >= 5 else "good"
+    out = simulate(9, oracle)
+    assert out.decision.status == "found" and out.decision.first_bad == 5
 
 
 def test_only_skipped_commits_left_is_reported_like_git():
@@ -427,8 +445,9 @@ def test_sure_marks_bracket_the_found_culprit():
     d = s.decide(0.95)
     assert d.status == "found" and d.first_bad == 5
     assert s.sure_marks(0.95) == (4, 5)
-    assert FlakySearch(12).sure_marks(0.95) == (0, 12)       # the user's marks, as a prior
-    assert FlakySearch(12).sure_marks(0.99) == (None, None)     # ... that no run has earned
+    assert FlakySearch(64).sure_marks(0.98) == (0, 64)       # the user's marks, as a prior
+    assert FlakySearch(64).sure_marks(0.99) == (None, None)     # ... that no run has earned
+    assert FlakySearch(12).sure_marks(0.95) == (None, None)     # on a short range, no surer than one commit
 
 
 def test_bad_input_is_refused():
@@ -459,3 +478,15 @@ def test_the_max_runs_help_states_the_budget_the_search_uses():
     per, floor = map(int, re.search(r"(\d+) per halving .* at least (\d+)", text).groups())
     for n in (1, 7, 63, 64, 1000):
         assert bayes.default_max_runs(n) == max(floor, per * math.ceil(math.log2(n + 2)))
+
+
+@pytest.mark.parametrize("rate", [0.2, 0.5])
+def test_a_one_commit_range_where_nothing_changed_is_not_answered_by_the_marks(rate):
+    """GOOD..BAD one commit apart, the same failure rate on both: with the ends at 0.02 each, a pass
+    at GOOD and a fail at BAD made 0.99, and the commit was named in about half the bisects; each
+    end is now as likely as the commit, and only the runs can name it."""
+    rng = np.random.default_rng(7)
+    named = sum(simulate(1, lambda i: "bad" if rng.random() < rate else "good").decision.status == "found"
+                for _ in range(40))
+    assert named <= 2
+    assert simulate(1, lambda i: "bad" if i else "good").decision.first_bad == 1   # a real step still is

@@ -46,6 +46,9 @@ def test_torn_last_line_is_ignored_and_disabled_cache_is_inert(tmp_path):
     with path.open("a") as f:
         f.write('{"tree": "t2", "predic')
     assert ProbeCache(path).get("t1", "id").verdict == "good"
+    # the next row starts on a line of its own: not glued to the torn one and lost with it
+    assert ProbeCache(path).put("t3", "c3", "id", Probe("bad"))
+    assert ProbeCache(path).get("t3", "id").verdict == "bad" and ProbeCache(path).get("t1", "id").verdict == "good"
     off = ProbeCache(tmp_path / "off.jsonl", enabled=False)
     assert not off.put("t", "c", "id", Probe("good")) and off.get("t", "id") is None
     assert not off.path.exists()

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import pytest
 
+from helpers import git
 from history_fixtures.noisy_trainer import build
 from rlbisect.bisect import bisect, make_predicate
 from rlbisect.bisect.executors import LocalExecutor
@@ -187,3 +188,21 @@ def test_without_flaky_the_search_switches_to_the_measured_one_when_seeds_do_not
     assert kept_per_commit.strategy == "git" and "switched" not in kept_per_commit.extra
     with pytest.raises(ValueError, match="--per-commit"):
         BisectOptions(flaky=True, per_commit=True)
+
+
+def test_across_a_merge_the_search_keeps_judging_commit_by_commit(tmp_path):
+    """The measured search follows first parents: switched to it on a range with merges, the search
+    named the merge a side branch came in with. It switches there only with --first-parent."""
+    root = tmp_path / "repo"
+    shas = build(root, 12, 4, 3.0, salt=5)
+    git(root, "checkout", "-q", "-b", "side", shas[-3])
+    (root / "NOTES").write_text("side\n")
+    git(root, "add", "NOTES")
+    git(root, "commit", "-qm", "side note")
+    git(root, "checkout", "-q", "main")
+    git(root, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    res = bisect(root, f"{shas[0]}..main", predicate(), BisectOptions(use_cache=False))
+    assert res.strategy == "git" and "switched" not in res.extra and not res.first_parent
+    assert res.status is Status.FOUND and res.first_bad == shas[4]
+    fp = bisect(root, f"{shas[0]}..main", predicate(), BisectOptions(use_cache=False, first_parent=True))
+    assert fp.strategy == "measured" and fp.first_bad == shas[4]

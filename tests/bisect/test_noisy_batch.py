@@ -67,6 +67,7 @@ def test_the_round_spreads_where_the_best_single_runs_would_crowd():
 def test_skipped_positions_stay_out_and_distinct_rounds_do_not_repeat():
     s = observed(6, 1, 12)
     s.observe(3, "skip")
+    s.observe(3, "skip")   # the second bars it
     for distinct in (False, True):
         batch = propose_batch(s, 12, distinct)
         assert 3 not in batch and all(0 <= i <= 6 for i in batch)

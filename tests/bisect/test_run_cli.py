@@ -65,6 +65,9 @@ def test_only_skipped_commits_left_lists_every_candidate(tiny_repo, run_cli, sta
     (["main~3..main", "--report", "same.png", "--plot", "same.png", "--", "true"],
      "--report and --plot name the same file same.png"),
     (["main~3..main", "--metric", "reward", "--", "true"], "the command predicate takes no option --metric"),
+    # repeats of a short run without a metric train the same seeds: not new evidence for --flaky
+    (["main~3..main", "--flaky", "--predicate", "short-run", "--", "t", "{seed}", "{out}"], "--flaky with short runs needs --metric M"),
+    (["main~3..main", "--flaky", "--confirm-endpoints", "--", "true"], "--confirm-endpoints is for a deterministic"),
 ])
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(tiny_repo, run_cli, args, needle):
     r = tiny_repo(["good", "good", "bad", "bad"])
@@ -267,7 +270,7 @@ def test_a_parent_git_only_assumed_good_is_run_and_a_bad_one_names_no_culprit(ti
     r = tiny_repo(["bad", "bad", "bad", "good", "good", "bad"], [[], [0], [1], [0], [3], [4, 2]])
     code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--verify", verify, "--", *state_cmd])
     assert code == 3 and data["first_bad"] is None and data["candidates"] == [], out
-    assert f"{r.shas[0][:12]}, the parent of the commit git named ({r.shas[1][:12]}), was never run" in out
+    assert f"{r.shas[0][:12]}, a parent of the commit git named ({r.shas[1][:12]}), was never run" in out
     assert "--first-parent finds the merge" in out
     # in rounds, the branch's commits marked bad make git ask for the merge base A: bad, it is refused
     code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--jobs", "3", "--no-cache", "--",
@@ -280,6 +283,18 @@ def test_a_parent_git_only_assumed_good_is_run_and_a_bad_one_names_no_culprit(ti
     r = tiny_repo(["good", "bad", "bad", "good", "good", "bad"], [[], [0], [1], [0], [3], [4, 2]], name="fine")
     code, out, data = run_cli([f"{r.shas[3]}..main", "--repo", str(r.path), "--verify", "0", "--", *state_cmd])
     assert code == 0 and data["first_bad"] == r.shas[1] and data["n_verify"] == 1, out
+
+
+@pytest.mark.parametrize("verify", ["0", "1"])
+def test_a_good_mark_that_fails_as_the_other_parent_of_the_named_merge_is_good_fails(tiny_repo, run_cli,
+                                                                                   state_cmd, verify):
+    """GOOD on a side branch already fails; the branch merges into the range. git names the merge on
+    the word of the user's mark; GOOD, a parent of it, is run once: exit 6, no culprit."""
+    #            M0    S1 (GOOD)  M1    M2 = merge(M1, S1)  M3
+    r = tiny_repo(["good", "bad", "good", "bad", "bad"], [[], [0], [0], [2, 1], [3]])
+    code, out, data = run_cli([f"{r.shas[1]}..main", "--repo", str(r.path), "--verify", verify, "--", *state_cmd])
+    assert code == 6 and data["first_bad"] is None, out
+    assert f"GOOD ({r.shas[1][:12]}) fails" in out and "older than the range" in out
 
 
 def _script_repo(path, n: int = 8):
