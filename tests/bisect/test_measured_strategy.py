@@ -116,6 +116,20 @@ def test_crashing_runs_are_the_worst_outcome(tmp_path):
     assert any(p.verdict is Verdict.BAD for p in res.probes)
 
 
+def test_a_value_that_is_not_a_number_is_said_as_what_it_was(tmp_path):
+    """A reward logged as the string "n/a" ranks as the worst outcome, and the probe says so: it read
+    "reward = nan"."""
+    root = tmp_path / "repo"
+    shas = build(root, 4, 2, 0.0, salt=1)
+    text = (root / "train.py").read_text()
+    (root / "train.py").write_text(text.replace('"reward": final - 0.1 * (3 - step)', '"reward": "n/a"'))
+    git(root, "commit", "-qam", "reward not logged as a number")
+    bad = git(root, "rev-parse", "HEAD").strip()
+    res = bisect(root, f"{shas[0]}..{bad}", predicate(), BisectOptions(flaky=True, use_cache=False))
+    said = [p.reason for p in res.probes if p.commit == bad]
+    assert said and all("reward = a string ('n/a') (the worst outcome)" in r for r in said), said
+
+
 def test_a_flat_metric_with_a_smallest_move_ends_nothing_changed(tmp_path):
     root = tmp_path / "flat"
     shas = build(root, 12, 6, 0.0, salt=9)

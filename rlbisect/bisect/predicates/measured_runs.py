@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rlbisect.bisect.predicates import Probe
 from rlbisect.errors import Cause, Verdict
 from rlbisect.runs.judge import fingerprint, score
+from rlbisect.runs.read import Odd
 
 if TYPE_CHECKING:
     from rlbisect.bisect.predicates.short_run import ShortRunPredicate
@@ -82,7 +83,9 @@ class SeededRun:
         except KeyError as e:
             # the reason names no seed: one reason at every run is how a bisect sees it cannot run here
             return Probe(Verdict.SKIP, {"seed": float(self.seed)}, e.args[0], seconds, Cause.CANNOT_RUN)
-        shown = f"{value:.4g}" if math.isfinite(value) else f"{value} (the worst outcome)"
+        # a value that is not a number is said as what it was ("a string ('n/a')"), not as nan
+        odd = next((v.what for r in runs if isinstance(v := r.get(metric), Odd)), None)
+        shown = f"{value:.4g}" if math.isfinite(value) else f"{odd or value} (the worst outcome)"
         return Probe(Verdict.GOOD, {metric: value, "seed": float(self.seed)},
                      f"{metric} = {shown} with seed {self.seed}", seconds, Cause.MEASURED,
                      detail={"fingerprint": fingerprint(runs)})
