@@ -96,7 +96,9 @@ def replay_at(snapshot_path: str | os.PathLike, checkout: str | os.PathLike,
     if report.identical:
         return (Verdict.GOOD, Cause.PASSED, values,
                 f"step {snap.step} replays identically ({len(report.rows)} statistics)")
-    moved = ", ".join(report.moved[:4]) or "parameters"
+    if p["optimizer_equal"] is not None:
+        values["optimizer_equal"] = float(p["optimizer_equal"])
+    moved = ", ".join(report.moved[:4]) or ("parameters" if not p["weights_ok"] else "the optimizer's state")
     return Verdict.BAD, Cause.FAILED, values, f"step {snap.step} no longer replays: {moved} moved"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from rlbisect.errors import describe
 from rlbisect.steps.format import RngState, Snapshot
 from rlbisect.steps.trees import encode_tree
 
@@ -62,11 +63,11 @@ def capture(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer 
     the update's, which the replay recomputes). ``scheduler``: one the update steps itself; a
     state that cannot be stored (an object in it) is left out and named in ``meta``.
     """
-    sched = None if scheduler is None else copy_tensors(scheduler.state_dict())
-    try:
+    try:   # a scheduler is optional evidence: one without a storable state_dict is named, not fatal
+        sched = None if scheduler is None else copy_tensors(scheduler.state_dict())
         encode_tree(sched, {}, "sched")
-    except ValueError as e:
-        fields["meta"] = {**fields.get("meta", {}), "scheduler_not_kept": str(e)}
+    except Exception as e:  # noqa: BLE001 - any object may be passed as a scheduler
+        fields["meta"] = {**fields.get("meta", {}), "scheduler_not_kept": describe(e)}
         sched = None
     return Snapshot(scheduler=sched, step=step, model=copy_tensors(model.state_dict()),
                     optimizer=None if optimizer is None else copy_tensors(optimizer.state_dict()),
@@ -88,12 +89,16 @@ def state_digest(state: torch.nn.Module | dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def optimizer_digest(optimizer: torch.optim.Optimizer) -> str:
+def optimizer_digest(optimizer: torch.optim.Optimizer) -> str | None:
     """sha256 of the optimizer's per-parameter state (Adam's moments, step counts): equal iff
-    bit-identical. The param groups (learning rates) are left out: a scheduler stepped after the
-    update, outside what a replay re-runs, changes them."""
+    bit-identical; None when the state holds a value it cannot read (then nothing is compared).
+    The param groups (learning rates) are left out: a scheduler stepped after the update, outside
+    what a replay re-runs, changes them."""
     tensors: dict[str, torch.Tensor] = {}
-    tree = encode_tree(optimizer.state_dict()["state"], tensors, "state")
+    try:
+        tree = encode_tree(optimizer.state_dict()["state"], tensors, "state")
+    except ValueError:
+        return None
     return hashlib.sha256((json.dumps(tree) + state_digest(tensors)).encode()).hexdigest()
 
 

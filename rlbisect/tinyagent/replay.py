@@ -51,8 +51,10 @@ def replay_reference(snap, bug: str | None = None):
         if scheduler is not None:
             restore_scheduler(snap, scheduler)
         elif cfg.update.lr_schedule != "constant" or cfg.update.warmup_steps:
-            notes.append("the snapshot holds no learning-rate schedule: replayed at the recorded rate throughout "
-                         "the update (its minibatches after the first may not match)")
+            missing = "no learning-rate schedule" if snap.scheduler is None else \
+                "no run length (config 'optimizer_steps', which make_hook(..., steps=) records)"
+            notes.append(f"the snapshot holds {missing}: replayed at the recorded rate throughout the update "
+                         "(its minibatches after the first may not match)")
         ref = make_ref(model, cfg, bug)
         if ref is not None and ref is not model:
             if "ref" in snap.frozen:

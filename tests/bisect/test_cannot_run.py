@@ -62,6 +62,9 @@ def test_a_relative_adapter_means_in_each_checkout_what_it_means_in_your_folder(
     code, out, data = run_cli(args)
     assert code == 0 and data["first_bad"] == shas[2], out
     assert all(p["verdict"] != "skip" for p in data["probes"])
+    # a path from the top, as it worked before: read from the top of each checkout
+    code, out, data = run_cli(["main~3..main", "--adapter", "sub/adapter.py:make", *args[3:], "--no-cache"])
+    assert code == 0 and data["first_bad"] == shas[2], out
     (repo / "sub" / "adapter.py").write_text(ADAPTERS["fits"] + "# edited\n")
     code, out, _ = run_cli(args)
     assert code == 2 and "adapter.py (the adapter) has uncommitted changes" in out, out

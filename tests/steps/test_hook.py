@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import numpy as np
 import torch
 
 from rlbisect.steps.hook import SnapshotHook, snapshot_name
@@ -244,6 +245,15 @@ def test_state_a_file_cannot_hold_is_a_warning_never_a_dead_run(tmp_path):
     snap = load_snapshot(hook.kept()[0])
     assert snap.scheduler is None and "cannot store a object" in snap.meta["scheduler_not_kept"]
     assert snap.post_optimizer_sha256 is not None
+    # a schedule object of one's own, without state_dict; a value the step adds that no digest
+    # reads: the step is still saved, without either
+    model, opt = make_model()
+    hook = SnapshotHook(tmp_path / "c", every=1)
+    hook.before_update(0, model, opt, collect(model, 0), scheduler=object())
+    opt.state[next(model.parameters())]["scale"] = np.float32(1.0)
+    hook.after_update(0, {"loss": 1.0})
+    snap = load_snapshot(hook.kept()[0])
+    assert "AttributeError" in snap.meta["scheduler_not_kept"] and snap.post_optimizer_sha256 is None
 
 
 def test_pydantic_config_is_stored_as_json(tmp_path):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -179,8 +180,7 @@ def _adam_loop(tmp_path: Path, steps: int = 3):
         def run(snap, bug):
             model, opt, sched = build()
             restore(snap, model, opt, scheduler=sched if schedule else None)
-            stats = update(model, opt, sched if schedule else torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0),
-                           snap.batch, damage)
+            stats = update(model, opt, sched if schedule else SimpleNamespace(step=lambda: None), snap.batch, damage)
             after = model.state_dict()
             return Replayed(stats, state_digest(after), diff_norm(after, snap.model),
                             post_optimizer_sha256=optimizer_digest(opt))
@@ -188,15 +188,19 @@ def _adam_loop(tmp_path: Path, steps: int = 3):
     return hook.saved[-1], replayer
 
 
-def test_the_optimizers_state_after_the_step_is_compared(tmp_path):
+def test_the_optimizers_state_after_the_step_is_compared(tmp_path, monkeypatch):
     """A fault that damages only Adam's moments leaves this step's weights right: the replay names the
-    optimizer's state. Under a tolerance it is a note, not a verdict."""
+    optimizer's state (the bisect predicate's reason too). Under a tolerance it is a note, not a verdict."""
+    import rlbisect.steps.at as at
     path, replayer = _adam_loop(tmp_path)
     assert replay(path, replayer=replayer()).identical
     report = replay(path, replayer=replayer(damage=True))
     assert not report.identical and report.params["digest_equal"] and report.params["optimizer_equal"] is False
     text = render_report(report)
     assert "optimizer state after the step: DIFFERENT" in text and text.endswith("the optimizer's state after the step differs")
+    monkeypatch.setattr(at, "replay_in_checkout", lambda *args: report)
+    verdict, _, values, reason = at.replay_at(path, tmp_path)
+    assert verdict == "bad" and values["optimizer_equal"] == 0.0 and reason.endswith("the optimizer's state moved")
     loose = replay(path, replayer=replayer(damage=True), tolerance=1e-6)
     assert loose.identical and any("optimizer's state after the step differs in bits" in n for n in loose.notes)
 

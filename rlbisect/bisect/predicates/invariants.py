@@ -66,17 +66,18 @@ class InvariantsPredicate(BasePredicate):
                            "rlbisect": __version__}, sort_keys=True)
 
     def preflight(self, repo, commit: str) -> None:
-        """A relative FILE.py adapter is read from each checkout: it must be in the commits without
-        uncommitted edits, and means there what it means in your folder (a path from the top of the
-        checkout from here on); the checks ``--checks`` names must exist."""
+        """A relative FILE.py adapter is read from each checkout: one in your folder must be in the
+        commits without uncommitted edits, and means there what it means here (a path from the top
+        of the checkout from here on; one not in your folder is read from the top, as before); the
+        checks ``--checks`` names must exist."""
         where, _, factory = (self.options.adapter or "").rpartition(":")
-        if where.endswith(".py") and not os.path.isabs(where):
+        if where.endswith(".py") and not os.path.isabs(where) and os.path.isfile(where):
             folder = folder_in(repo)
             missing_here(repo, commit, [where], "the adapter", folder)
             edited_here(repo, [where], "the adapter")
             self.options = self.options.model_copy(
                 update={"adapter": f"{os.path.normpath(os.path.join(folder, where))}:{factory}"})
-        elif where.endswith(".py") and not os.path.isfile(where):   # outside the repository: one file for all
+        elif where.endswith(".py") and os.path.isabs(where) and not os.path.isfile(where):   # one file for all
             raise InputError(f"--adapter {self.options.adapter}: no such file {where}")
         if self.options.checks:      # an unknown check, or run-level ones with --no-runs: refused now
             runs_needed(select_checks(self.options.checks), self.options.runs)
