@@ -38,15 +38,20 @@ class Posterior(Strategy):
         from rlbisect.bisect.bayes import default_max_runs   # numpy, only for --flaky
         super().start(history, good, bad, True)
         self.order = [sha for sha, _ in history]           # position -> sha; 0 is GOOD
+        self.merged = {sha: ps[1:] for sha, ps in history if len(ps) > 1}   # a merge's other parents
         self.pos = {sha: i for i, sha in enumerate(self.order)}
         self.search = self.new_search(len(self.order) - 1)
         self.max_runs = self.max_runs or default_max_runs(len(self.order) - 1)
         self.runs, self.last = 0, 1      # runs so far, and in the last round
         self.decision: Decision | None = None
 
-    def stop_reached(self, p: float) -> str:
+    def stop_reached(self, p: float, sha: str) -> str:
         from rlbisect.bisect.bayes import needed
-        return f"posterior {p:.4g}, the stop {needed(self.confidence):g} for --confidence {self.confidence:g}"
+        said = f"posterior {p:.4g}, the stop {needed(self.confidence):g} for --confidence {self.confidence:g}"
+        if other := self.merged.get(sha):   # first parents only: the branch it brought in was not searched
+            said += (f"; a merge: the change came in with its branch (other parent {other[0][:12]}), whose "
+                     "commits the search, following first parents, did not run")
+        return said
 
     def new_search(self, n: int) -> Any:
         from rlbisect.bisect.bayes import FlakySearch
@@ -98,7 +103,7 @@ class Posterior(Strategy):
         if d.status == "found":
             assert d.first_bad is not None   # set with status "found"
             sha = self.order[int(d.first_bad)]
-            return Conclusion(Status.FOUND, sha, [sha], self.stop_reached(d.p),
+            return Conclusion(Status.FOUND, sha, [sha], self.stop_reached(d.p, sha),
                               extra)
         if d.status == "no_regression":
             # "at least": a commit that made it fail less often (a fix, in a regression search) is
@@ -221,7 +226,7 @@ class MeasuredPosterior(Posterior):
             moved = (f"; {self.metric} median {side['before']['median']:.4g} -> "
                      f"{side['after']['median']:.4g} over {side['before']['runs']} + "
                      f"{side['after']['runs']} runs") if side.get("after", {}).get("runs") else ""
-            why = d.message or self.stop_reached(d.p)
+            why = d.message or self.stop_reached(d.p, sha)
             return Conclusion(Status.FOUND, sha, [sha], f"{why}{moved}",
                               extra)
         if d.status == "no_regression":

@@ -252,6 +252,8 @@ def test_flaky_bisects_the_first_parent_chain(tiny_repo, run_cli, state_cmd):
                              *state_cmd])
     assert code == 0 and data["first_bad"] == r.shas[4]
     assert not {p["commit"] for p in data["probes"]} & {r.shas[2], r.shas[3]}
+    # the answer says it is a merge whose branch was not searched (GOOD itself may sit on it)
+    assert f"a merge: the change came in with its branch (other parent {r.shas[3][:12]})" in data["message"]
 
 
 def test_runs_are_recorded_apart_and_a_rerun_starts_from_them(tiny_repo, run_cli, tmp_path):
