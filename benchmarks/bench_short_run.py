@@ -38,23 +38,26 @@ def false_alarms(pool: int, trials: int) -> None:
     per_run = scores(runs, dashboard(runs.values()), 4)
     print(f"{pool} healthy runs of 8 steps in {time.perf_counter() - t0:.0f}s; "
           f"{len(per_run)} metrics on the dashboard")
-    rule, rng = Rule(), random.Random(2026)
-    verdicts, seeds = [], []
-    for _ in range(trials):
-        order = rng.sample(range(pool), 18)
+    # the predicate's rule (Welch's and the paired test, the runs taken in seed order) and Welch's
+    # alone, on the same draws
+    for name, rule in (("with the paired test (shipped)", Rule(paired=True)), ("Welch alone", Rule())):
+        rng = random.Random(2026)
+        verdicts, seeds = [], []
+        for _ in range(trials):
+            order = rng.sample(range(pool), 18)
 
-        def side(idx: list[int], k: int) -> dict:
-            return {m: [v[i] for i in idx[:k]] for m, v in per_run.items()}
-        for k in rule.schedule():
-            d = rule.judge(side(order[:9], k), side(order[9:], k))
-            if d.verdict != "unknown":
-                break
-        verdicts.append(d.verdict)
-        seeds.append(k)
-    n = len(verdicts)
-    print(f"identical code, disjoint seeds, {n} comparisons: bad {verdicts.count('bad') / n:.1%} "
-          f"(target <= 5%), good {verdicts.count('good') / n:.1%}, unknown {verdicts.count('unknown') / n:.1%}; "
-          f"mean seeds {statistics.fmean(seeds):.2f}")
+            def side(idx: list[int], k: int) -> dict:
+                return {m: [v[i] for i in idx[:k]] for m, v in per_run.items()}
+            for k in rule.schedule():
+                d = rule.judge(side(order[:9], k), side(order[9:], k))
+                if d.verdict != "unknown":
+                    break
+            verdicts.append(d.verdict)
+            seeds.append(k)
+        n = len(verdicts)
+        print(f"{name}: identical code, disjoint seeds, {n} comparisons: bad {verdicts.count('bad') / n:.1%} "
+              f"(target <= 5%), good {verdicts.count('good') / n:.1%}, unknown "
+              f"{verdicts.count('unknown') / n:.1%}; mean seeds {statistics.fmean(seeds):.2f}")
 
 
 def seeds_per_probe() -> None:

@@ -10,11 +10,15 @@ follow the rule "a metric earns its place when some failure moves it before the 
 * consistency  quantities that are a fixed value in a correct trainer: any visible value is a bug.
 
 Wall-clock values are the only non-deterministic numbers a row may carry, and only under keys
-containing "time" (`is_timing`), so that two runs with one seed compare equal on everything else.
+that name a time or a rate per unit of time (`is_timing`: `step_time`, `elapsed_s`,
+`tokens_per_sec`, `throughput`), so that two runs with one seed compare equal on everything else.
+Keys are read word by word (`words`), never by substring: `env/sentiment` holds "time" and
+`reward_per_step` holds "per_s", and both are behaviour.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -86,9 +90,24 @@ def by_group(group: str) -> list[str]:
     return [m.name for m in METRICS.values() if m.group == group]
 
 
+#: Words that make a key a clock, a duration or a speed (see the module docstring).
+TIMING_WORDS = frozenset({"time", "times", "timing", "timings", "timestamp", "timestamps", "elapsed", "duration",
+                          "durations", "runtime", "second", "seconds", "sec", "secs", "ms", "throughput", "fps",
+                          "sps", "tps"})
+PER_TIME = frozenset({"s", "sec", "secs", "second", "seconds", "ms", "min", "minute", "hour", "hr"})
+
+
+def words(key: str) -> list[str]:
+    """A key's words, lower case: split at every non-alphanumeric and at camelCase
+    (``train/stepTime_ms`` -> train, step, time, ms)."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key)
+    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+
+
 def is_timing(key: str) -> bool:
     """Wall-clock keys are excluded from every determinism and replay comparison."""
-    return "time" in key
+    ws = words(key)
+    return any(w in TIMING_WORDS for w in ws) or any(a == "per" and b in PER_TIME for a, b in zip(ws, ws[1:]))
 
 
 def comparable(row: dict) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 from rlbisect.errors import Cause, ExitCode, Status, Verdict
 from rlbisect.bisect.diagnose import render as render_diagnosis
 from rlbisect.git.repo import CommitInfo
+
 
 @dataclass
 class ProbeRecord:
@@ -162,7 +164,9 @@ class BisectResult:
         else:
             lines += [self.message] if self.message else []
             shown = self.candidates[:10]
-            if self.status == "ambiguous":
+            if self.status == "aborted" and not any(p.role == "" and p.verdict in (Verdict.GOOD, Verdict.BAD) for p in self.probes):
+                lines, shown = [*lines, "nothing was learned about the range"], []   # each commit is still one
+            elif self.status == "ambiguous":
                 lines.append("There are only 'skip'ped commits left to test.\n"
                              f"The first {self.new} commit could be any of:")
                 shown = self.candidates
@@ -194,16 +198,16 @@ class BisectResult:
         cached = [p for p in self.probes if p.cached]
         when = sorted(p.recorded[:16].replace("T", " ") for p in cached if p.recorded)
         recorded = f" {when[0]}" + (f" to {when[-1]}" if when[-1] != when[0] else "") if when else ""
-        if "n_runs" in self.extra:   # --flaky: runs, and those recorded by earlier bisects
+        if "n_runs" in self.extra and self.status != "aborted":   # --flaky (an abort: the probes, uncounted)
             lines.append(f"{self.extra['n_runs']} predicate runs"
                          + (f" (+{len(cached)} recorded{recorded})" if cached else "")
                          + (f" in {self.rounds} rounds" if 0 < self.rounds < self.extra["n_runs"] else "")
                          + f" in {self.total_seconds:.1f}s")
         else:
-            rounds = f" in {self.rounds} rounds" if self.strategy == "k-ary" else ""
             checks = sum(p.role == "verify" for p in self.probes)
             lines.append(f"{sum(p.role != 'confirm' for p in self.probes) - checks} probes ({len(cached)} cached"
-                         + (f", recorded{recorded}" if recorded else "") + f"){rounds}"
+                         + (f", recorded{recorded}" if recorded else "") + ")"
+                         + (f" in {self.rounds} rounds" if self.strategy == "k-ary" else "")
                          + (f" and {checks} verification runs" if checks else "")
                          + f" in {self.total_seconds:.1f}s")
         return "\n".join(lines)
@@ -244,9 +248,8 @@ class BisectResult:
         if failing:
             out += ["", "## Predicate output of the probes that did not pass", ""]
             for p in failing:
-                fence = "```"   # longer than any run of backticks in the output: it cannot close it early
-                while fence in p.output:
-                    fence += "`"
+                # longer than any run of backticks in the output: it cannot close it early
+                fence = "`" * max([3, *(len(run) + 1 for run in re.findall("`+", p.output))])
                 out += [f"### [{p.order}] `{p.commit[:10]}` {p.verdict}", "", fence, p.output, fence, ""]
         if self.diagnosis.get("rows"):
             out += ["", "## Diagnose: first bad commit vs its parent", "", "```",
@@ -265,13 +268,11 @@ def _object(identity: str) -> Any:
 
 
 class Progress:
-    """What the driver tells its caller as it goes; the default says nothing."""
+    """What the driver tells its caller as it goes: ``status``, a line describing what runs now;
+    ``probe``, a probe that finished (or was recalled from the cache). The default says nothing."""
 
-    def status(self, text: str) -> None:
-        """A line describing what runs now."""
-
-    def probe(self, record: ProbeRecord) -> None:
-        """A probe finished (or was recalled from the cache)."""
+    def status(self, text: str) -> None: ...
+    def probe(self, record: ProbeRecord) -> None: ...
 
 
 def shown_evidence(detail: dict, limit: int = 3) -> list[dict]:
@@ -282,10 +283,9 @@ def shown_evidence(detail: dict, limit: int = 3) -> list[dict]:
 
 def evidence_lines(detail: dict, limit: int = 3) -> list[str]:
     """Per-seed values of the metrics that decided a short-run probe (else the most-moved one)."""
-    def seeds(xs: list[float]) -> str:
-        return " ".join(f"{x:.4g}" for x in xs)
-    return [f"{t['metric']}{' (decides)' if t.get('decides') else ''}: GOOD {seeds(t['good'])} | "
-            f"this commit {seeds(t['probe'])}  (p={t['p']:.2g})" for t in shown_evidence(detail, limit)]
+    return [f"{t['metric']}{' (decides)' if t.get('decides') else ''}: GOOD {' '.join(f'{x:.4g}' for x in t['good'])}"
+            f" | this commit {' '.join(f'{x:.4g}' for x in t['probe'])}  (p={t['p']:.2g})"
+            for t in shown_evidence(detail, limit)]
 
 
 def said(rec: ProbeRecord) -> str:

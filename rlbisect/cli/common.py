@@ -6,7 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Sequence, overload
 
 from pydantic import ValidationError
 
@@ -94,13 +94,15 @@ def json_text(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2, allow_nan=False)
 
 
-def distinct(outputs: dict[str, Path | None]) -> dict[str, Path | None]:
+def distinct(outputs: dict[str, Path | None], inputs: Sequence[str] = ()) -> dict[str, Path | None]:
     """One command's output files by flag, refused when two flags name one file (the second
-    written would replace the first: a --json lost under a --report)."""
-    seen: dict[Path, str] = {}
+    written would replace the first: a --json lost under a --report) or when one names an input
+    (a run file ``compare`` reads, lost under its own judgement)."""
+    seen: dict[Path, str] = {Path(f).resolve(): "an input" for f in inputs}
     for flag, p in outputs.items():
         if p is not None and (other := seen.setdefault(p.resolve(), flag)) != flag:
-            raise InputError(f"{other} and {flag} name the same file {p}: one would overwrite the other")
+            raise InputError(f"{flag} names {p}, which is an input: it would be overwritten" if other == "an input"
+                             else f"{other} and {flag} name the same file {p}: one would overwrite the other")
     return outputs
 
 

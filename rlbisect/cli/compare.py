@@ -35,7 +35,7 @@ def compare_cmd(
     from rlbisect.runs.stats import Direction
     good, other = split_runs(runs)
     outputs = distinct({flag: output_path(p, flag, figure=flag == "--plot") for flag, p in
-                        (("--json", json_path), ("--plot", plot))})
+                        (("--json", json_path), ("--plot", plot))}, inputs=[*good, *other])
     if direction not in (None, "lower", "higher", "change"):
         raise InputError(f"--direction {direction}: choose lower, higher or change")
     result = compare(good, other, metric=metric, direction=cast("Direction | None", direction), window=window,

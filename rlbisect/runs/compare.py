@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbisect.errors import ExitCode, InputError
-from rlbisect.runs.judge import Question, dashboard, judge
+from rlbisect.runs.judge import Question, dashboard, fingerprint, judge
 from rlbisect.runs.read import read_rows, rename
 from rlbisect.runs.stats import Decision, Direction, Rule, mean_sd
 
@@ -119,12 +119,18 @@ def compare(good: list[str], runs: list[str], *, metric: str | None = None,
     empty = [f for f, rows in read.items() if not rows]
     if empty:
         raise InputError(f"{empty[0]}: no rows")
+    if len({fingerprint(read[f]) for f in good}) == 1 and fingerprint(read[good[0]]):
+        # as the short-run predicate: any change at all would be "infinite spreads"
+        raise InputError(f"GOOD's {len(good)} runs logged the same numbers (bookkeeping aside): there is no "
+                         "seed spread to judge against (were they trained on different seeds?)")
     rule = Rule(alpha=alpha, k0=2, max_seeds=2)   # one look: every run is already there
     j = judge({i: read[f] for i, f in enumerate(good)}, {i: read[f] for i, f in enumerate(runs)}, rule,
               Question(metric, metrics, direction, window))
     if j.absent:
+        hint = "" if metric or metrics else ("; every GOOD run logs it: renamed (--metric-map THEIRS=OURS) or "
+                                             "no longer logged (--metrics to choose what to judge)?")
         raise InputError(f"metric {j.absent[0][0]!r} is not logged by every run "
-                         f"(every run logs: {', '.join(dashboard(read.values())) or 'nothing'})")
+                         f"(every run logs: {', '.join(dashboard(read.values())) or 'nothing'}){hint}")
     if j.nothing_in_common:
         raise InputError("no metric is logged (finite) by both groups of runs: nothing to compare "
                          f"(GOOD's: {', '.join(j.good) or 'none'}; the others': {', '.join(j.other) or 'none'})")

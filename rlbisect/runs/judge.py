@@ -10,6 +10,9 @@ A run is a list of metric rows (:mod:`rlbisect.runs.read`). Each run is scored p
 * or one named metric (or a list), in the direction that counts as a regression; a named metric
   is judged even when it looks like bookkeeping.
 
+A metric asked for, or (on the whole dashboard) one every GOOD run logs, that the other side's
+runs do not log is ``absent``: no verdict is given without it.
+
 Bookkeeping is never judged unless named, because it moves with the machine or the seed, not with
 the code: known by name (:func:`bookkeeping`: step counters, anything time-like, throughput, seeds,
 ``summary/``, ``config/``, ``args/``, ``hparams/``, ``system/`` and ``_``-prefixed keys) and by
@@ -32,17 +35,15 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rlbisect.metrics import ALIASES, is_timing
+from rlbisect.metrics import ALIASES, is_timing, words
 from rlbisect.runs.stats import Decision, Direction, Rule
 
 Runs = dict[int, list[dict]]       # seed (or run index) -> that run's rows
 
 #: Names of keys that count steps or measure the machine, never behaviour (the last part of a
-#: key, lower case), and words that make any key one (``train/step_time``, ``summary/seed``).
+#: key, lower case); a key with the word "seed" or a timing word (``train/step_time``) is one too.
 BOOKKEEPING = frozenset({"step", "steps", "global_step", "epoch", "iteration", "iter", "total_flos",
                          "t", "ts", "wall", "clock", "seed", "random_seed"})
-WORDS = ("time", "second", "secs", "elapsed", "duration", "runtime", "timestamp", "_ms", "per_s",
-         "throughput", "seed")
 PREFIXES = ("summary/", "config/", "args/", "hparams/", "system/", "_")
 
 
@@ -50,7 +51,7 @@ def bookkeeping(key: str) -> bool:
     """Whether a key's name says it is bookkeeping (see the module docstring)."""
     k = key.lower()
     last = k.rsplit("/", 1)[-1]
-    return last in BOOKKEEPING or k.startswith(PREFIXES) or is_timing(k) or any(w in last for w in WORDS)
+    return last in BOOKKEEPING or k.startswith(PREFIXES) or is_timing(key) or not {"seed", "seeds"}.isdisjoint(words(key))
 
 
 def fingerprint(rows: list[dict]) -> str:
@@ -218,6 +219,10 @@ def judge(good: Runs, other: Runs, rule: Rule, question: Question) -> Judgement:
     names = [m for m in names if m not in kept]
     g, o = scores(good, names, question.window), scores(other, names, question.window)
     absent = [(m, "GOOD" if m not in g else "other") for m in question.asked or [] if m not in g or m not in o]
+    # the whole dashboard: a metric every GOOD run logs that the others stopped logging (renamed,
+    # or its logging line now raises) is no evidence of "nothing moved"
+    absent += [(m, "other") for m in ([] if question.asked or not names else dashboard(good.values()))
+               if m not in names and m not in kept and by_behaviour(m, good, {}) is None]
     if absent:
         return Judgement(None, g, o, absent=absent, bookkeeping=kept)
     # in the scored window only: a value that went inf once and came back (a skipped AMP overflow

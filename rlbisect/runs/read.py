@@ -137,7 +137,8 @@ def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
             if len(line) > MAX_LINE:
                 raise RunLogError(f"{path}:{i}: a line longer than {MAX_LINE} bytes")
             nxt = f.readline(MAX_LINE + 1)
-            yield i, line.decode(errors="replace"), not nxt
+            # a byte-order mark (PowerShell's and Excel's UTF-8) is not part of the first key
+            yield i, line.decode("utf-8-sig" if i == 1 else "utf-8", errors="replace"), not nxt
             line = nxt
 
 
@@ -147,8 +148,11 @@ def read_rows(path: str | Path) -> list[dict[str, float]]:
     if path.name.startswith("events.out.tfevents.") or path.is_dir():
         return _tensorboard_rows(path)
     if path.suffix.lower() in (".csv", ".tsv"):
-        text = io.StringIO("".join(line for _, line, _ in _lines(path)))
-        reader = csv.DictReader(text, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        text = "".join(line for _, line, _ in _lines(path))
+        header = text.partition("\n")[0]
+        # a spreadsheet in a locale with decimal commas separates cells with semicolons
+        sep = "\t" if path.suffix.lower() == ".tsv" else ";" if ";" in header and "," not in header else ","
+        reader = csv.DictReader(io.StringIO(text), delimiter=sep)
         # a row shorter than the header leaves its last cells None: not logged, as an empty cell
         return [{printable(k): x for k, v in row.items() if k and v is not None and (x := number(v)) is not None}
                 for row in reader]
@@ -161,7 +165,7 @@ def read_rows(path: str | Path) -> list[dict[str, float]]:
         except RecursionError:
             raise RunLogError(f"{path}:{i}: nested deeper than JSON can be read") from None
         except ValueError:
-            if last:   # a run killed mid-write leaves at most one torn last line
+            if last and rows:   # a run killed mid-write leaves at most one torn last line
                 break
             raise RunLogError(f"{path}:{i}: not a JSON object per line (JSON lines or .csv expected)") from None
         if not isinstance(obj, dict):

@@ -3,7 +3,11 @@
 The rule (pure, no I/O), for one metric or a whole dashboard of them:
 
 * each metric's run scores at the probe are tested against GOOD's with Welch's t-test, one-sided
-  when a direction is given (``lower``: lower is worse), two-sided for any change;
+  when a direction is given (``lower``: lower is worse), two-sided for any change; on runs of the
+  same seeds (``paired``, the short-run predicate's) also with the paired t-test on the per-seed
+  differences (a move of at least :data:`PAIRED_FLOOR` spreads), the two sharing the threshold
+  (:data:`PAIRED_SHARE`), so a move the same on every seed of a deterministic trainer is seen
+  however wide the spread;
 * the test is applied after k0 seeds and again each time seeds are added, up to a cap. With m
   metrics and L possible looks, a metric decides *bad* only when p < alpha / (m * L) (Bonferroni
   over metrics and looks), so the chance that a probe whose metrics all have GOOD's distribution
@@ -24,6 +28,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Direction = Literal["lower", "higher", "change"]   # which change is a regression
+PAIRED_FLOOR = 0.25  #: the smallest mean move, in GOOD's seed spreads, the paired test may call bad
+PAIRED_SHARE = 0.2   #: the paired test's share of the false-alarm rate (Welch's keeps the rest)
 Judgement = Literal["good", "bad", "unknown"]   # unknown: add seeds (at the cap: skip)
 
 
@@ -95,6 +101,47 @@ def welch_p(good: list[float], probe: list[float], direction: Direction = "lower
     return min(1.0, 2.0 * p) if direction == "change" else p
 
 
+def resolution(values: list[float]) -> float:
+    """The step of the grid ``values`` lie on (1/64 for a share of 64 tasks), 0 for values on none:
+    the largest g dividing every difference, by Euclid's algorithm to within 1e-9 of their range
+    (on continuous values it falls under that at once)."""
+    lo = min(values)
+    tol = 1e-9 * ((max(values) - lo) or 1.0)
+    g = 0.0
+    for x in values:
+        a, b = max(g, x - lo), min(g, x - lo)
+        while b > tol:
+            r = a % b
+            a, b = b, 0.0 if b - r <= tol else r
+        g = a
+    return g if g > 1e3 * tol else 0.0
+
+
+def paired_p(good: list[float], probe: list[float], direction: Direction = "lower", floor: float = PAIRED_FLOOR) -> float:
+    """p-value of the per-seed differences (runs on the same seeds, in the same order): a move the
+    same on every seed is seen however wide the seed spread, as Welch's test on the two sides cannot.
+    A mean move smaller than ``floor`` of GOOD's seed standard deviations is no evidence here (p = 1):
+    a consistent but tiny change (an epsilon, a reduction order) is not a move beyond the spread.
+    Valid on unpaired runs too (their differences are independent draws), with fewer degrees of
+    freedom. A metric with levels (a pass rate over 64 tasks) has the variance of its rounding added
+    (:func:`resolution`, g: g^2 / 6 per difference): three independent pairs two levels apart each
+    are a coincidence there, not a move the same on every seed."""
+    if len(good) != len(probe) or len(good) < 2:
+        return 1.0
+    scale = max(map(abs, [*good, *probe])) or 1.0
+    d = [(b - a) / scale for a, b in zip(good, probe)]
+    md, sd_good = statistics.fmean(d), statistics.stdev([x / scale for x in good])
+    if abs(md) < floor * sd_good or md == 0.0:
+        return 1.0
+    diff = {"lower": -md, "higher": md, "change": abs(md)}[direction]
+    gap = resolution([x / scale for x in [*good, *probe]])
+    se = math.sqrt((statistics.variance(d) + gap * gap / 6) / len(d))
+    if se <= 1e-12 * abs(md):   # the same move on every seed (a deterministic trainer), up to rounding
+        return 0.0 if diff > 0 else 1.0
+    p = t_sf(diff / se, len(d) - 1)
+    return min(1.0, 2.0 * p) if direction == "change" else p
+
+
 @dataclass(frozen=True)
 class MetricTest:
     """One metric's evidence at one look: GOOD's and the probe's per-seed scores and the p-value."""
@@ -104,6 +151,7 @@ class MetricTest:
     probe: list[float]
     direction: Direction
     p: float
+    by_seed: bool = False     # p is the paired test's (weighted to Welch's share), not Welch's
 
     @property
     def moved(self) -> float:
@@ -119,8 +167,9 @@ class MetricTest:
     def describe(self) -> str:
         way = "up" if self.moved > 0 else "down"
         size = f"{self.spreads:.1f} GOOD spreads" if math.isfinite(self.spreads) else "GOOD has no spread"
+        paired = ", seed by seed" if self.by_seed else ""
         return (f"{self.metric} {mean_sd(self.probe)[0]:.4g} vs {mean_sd(self.good)[0]:.4g}"
-                f" at GOOD: {way} {abs(self.moved):.3g} ({size}, p={self.p:.2g})")
+                f" at GOOD: {way} {abs(self.moved):.3g} ({size}, p={self.p:.2g}{paired})")
 
 
 @dataclass(frozen=True)
@@ -150,6 +199,7 @@ class Rule:
     k0: int = 3             # seeds at the first look
     step: int = 2           # seeds added per further look
     max_seeds: int = 9      # the cap
+    paired: bool = False    # both sides ran the same seeds, in order: Welch's and the paired test (PAIRED_SHARE)
 
     @property
     def looks(self) -> int:
@@ -163,13 +213,17 @@ class Rule:
               direction: Direction | dict[str, Direction] = "change") -> Decision:
         """One look at every metric both sides have: bad if any moved beyond the spread,
         good if none is even suspicious, else unknown (add seeds; at the cap: give up)."""
-        names = [m for m in good if m in probe]
-        tests = sorted((MetricTest(m, good[m], probe[m], d, welch_p(good[m], probe[m], d))
-                        for m in names
-                        for d in [direction if isinstance(direction, str) else direction.get(m, "change")]),
-                       key=lambda t: (t.p, t.metric))
+        share = PAIRED_SHARE if self.paired else 0.0
+
+        def test(m: str, d: Direction) -> MetricTest:
+            # the paired p weighted to Welch's scale: each is held to its share of the threshold
+            p = welch_p(good[m], probe[m], d)
+            q = min(1.0, paired_p(good[m], probe[m], d) * (1 - share) / share) if share else 1.0
+            return MetricTest(m, good[m], probe[m], d, min(p, q), q < p)
+        tests = sorted((test(m, direction if isinstance(direction, str) else direction.get(m, "change"))
+                        for m in good if m in probe), key=lambda t: (t.p, t.metric))
         m = max(1, len(tests))
-        threshold = self.alpha / (self.looks * m)
+        threshold = self.alpha * (1 - share) / (self.looks * m)
         if not tests:   # nothing to compare is no evidence either way
             verdict: Judgement = "unknown"
         elif tests[0].p < threshold:

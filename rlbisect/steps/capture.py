@@ -13,8 +13,9 @@ import math
 import numbers
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import torch
 
 from rlbisect.errors import describe
@@ -37,8 +38,9 @@ def plain_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def capture_rng(generators: dict[str, torch.Generator] | None = None) -> RngState:
+    # numpy's global generator too: an update that draws from np.random replays only with it
     return RngState(torch.get_rng_state(), {n: g.get_state() for n, g in (generators or {}).items()},
-                    random.getstate())
+                    random.getstate(), cast(tuple, np.random.get_state(legacy=True)))
 
 
 def copy_tensors(obj: Any) -> Any:

@@ -18,6 +18,8 @@ def describe(snap: Snapshot) -> dict[str, Any]:
         return {f"{prefix}{k}": f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
                 for k, t in d.items()}
     rng = {"rng/torch": snap.rng.torch} if snap.rng.torch is not None else {}
+    if snap.rng.numpy is not None:
+        rng["rng/numpy"] = torch.from_numpy(snap.rng.numpy[1].astype("int64"))
     batch: dict[str, torch.Tensor] = {}
     encode_tree(snap.batch, batch, "batch")   # the batch's tensors under their names on disk
     frozen = {f"{n}/{k}": t for n, state in snap.frozen.items() for k, t in state.items()}
@@ -37,15 +39,21 @@ def describe(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+def _flat(value: Any) -> str:
+    """A string from the file on one line: a newline in a hit's message or a stat's name would
+    print a line the file made up (a second `stats` section, "fired none")."""
+    return str(value).replace("\n", "\\n")
+
+
 def render_text(info: dict[str, Any]) -> str:
     """The `describe` dict as aligned text for a terminal."""
     code = info["code"]
     ident = "unknown" if code["commit"] is None else code["commit"][:12] + (
         " (dirty)" if code["dirty"] else "" if code["dirty"] is False else " (dirty: unknown)")
     lines = [f"step           {info['step']}",
-             f"format         {info['format_version']}   created {info['created']}",
-             f"code           {ident}" + (f"   {code['repo']}" if code["repo"] else ""),
-             f"torch          {info['torch_version']}   threads {info['num_threads']}"]
+             f"format         {info['format_version']}   created {_flat(info['created'])}",
+             f"code           {_flat(ident)}" + (f"   {_flat(code['repo'])}" if code["repo"] else ""),
+             f"torch          {_flat(info['torch_version'])}   threads {info['num_threads']}"]
     if info["update_norm"] is not None:
         lines.append(f"update norm    {info['update_norm']:.6g}   post-update sha256 "
                      f"{(info['post_update_sha256'] or '?')[:16]}")
@@ -54,12 +62,12 @@ def render_text(info: dict[str, Any]) -> str:
                      "does not clear them adds them into it; replay restores them)")
     n = len(info["hits"])
     lines.append("fired          " + (f"{n} detector hit{'s' * (n > 1)}" if n else "none (periodic snapshot)"))
-    lines += [f"  {h['detector']}: {h['message']}" for h in info["hits"]]
+    lines += [f"  {_flat(h['detector'])}: {_flat(h['message'])}" for h in info["hits"]]
     lines.append("stats")
-    lines += [f"  {k:<16} {v!r}" for k, v in info["stats"].items()]
+    lines += [f"  {_flat(k):<16} {v!r}" for k, v in info["stats"].items()]
     lines.append("config         " + json.dumps(info["config"], sort_keys=True))
     if info["meta"]:
         lines.append("meta           " + json.dumps(info["meta"], sort_keys=True))
     lines.append("tensors")
-    lines += [f"  {k:<40} {v}" for k, v in info["tensors"].items()]
+    lines += [f"  {_flat(k):<40} {v}" for k, v in info["tensors"].items()]
     return printable("\n".join(lines))     # every string came from the file: no terminal escapes

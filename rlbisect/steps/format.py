@@ -5,6 +5,7 @@ File format (`step-NNNNNN.pt` by convention; the content is a plain safetensors 
 * tensors, namespaced: `model/<param>`, `optim/<path>` (each tensor of the optimizer state_dict,
   e.g. `optim/state/0/exp_avg`), `batch/<key>` (`batch/<path>` in a batch that also holds None,
   numbers or nested containers, its structure in the metadata), `rng/torch` (global CPU RNG), `rng/gen/<name>`,
+  `rng/numpy` (numpy's global generator's keys; its position in the metadata),
   optionally `frozen/<module>/<param>` (modules the update reads but never changes, such as a KL
   reference), `post/<param>` (the model after the update, so a replay can measure how far its
   update lands from the recorded one) and `grad/<param>` (gradients the parameters held before
@@ -31,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import safetensors.torch
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -44,7 +46,7 @@ from rlbisect.steps.trees import decode_tree, encode_tree
 from rlbisect.steps.spikes import Hit
 
 FORMAT = "rlbisect-snapshot"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: numpy's generator (rng/numpy); 1 still loads
 class SnapshotError(InputError):
     """A file that is not a loadable snapshot (corrupt, truncated, foreign, hostile, missing)."""
 
@@ -54,6 +56,7 @@ class RngState:
     torch: Tensor | None = None  # torch.get_rng_state()
     generators: dict[str, Tensor] = field(default_factory=dict)  # name -> Generator.get_state()
     python: tuple | None = None  # random.getstate()
+    numpy: tuple | None = None   # numpy.random.get_state(): ("MT19937", keys, pos, has_gauss, cached)
 
 
 @dataclass
@@ -99,7 +102,8 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     path = Path(path)
     seen: set[int] = set()
     tensors: dict[str, torch.Tensor] = {}
-    plain_batch = all(isinstance(v, torch.Tensor) for v in snap.batch.values())
+    # keys other than strings ({0: inputs, 1: targets}) go in the tree too, which keeps an int an int
+    plain_batch = all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in snap.batch.items())
     try:
         optim = None if snap.optimizer is None else encode_tree(snap.optimizer, tensors)
         sched = None if snap.scheduler is None else encode_tree(snap.scheduler, tensors, "sched")
@@ -114,6 +118,8 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     if snap.rng.torch is not None:
         tensors["rng/torch"] = snap.rng.torch
     tensors.update({f"rng/gen/{k}": v for k, v in snap.rng.generators.items()})
+    if snap.rng.numpy is not None:
+        tensors["rng/numpy"] = torch.from_numpy(snap.rng.numpy[1].astype("int64"))
     for name, state in snap.frozen.items():
         _check_module_name(name)
         tensors.update({f"frozen/{name}/{k}": v for k, v in state.items()})
@@ -121,7 +127,9 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     tensors.update({f"grad/{k}": v for k, v in (snap.grads or {}).items()})
     tensors = {k: _cpu(v, seen) for k, v in tensors.items()}
     header = {
-        "format": FORMAT, "format_version": snap.format_version, "step": snap.step,
+        # a file with numpy's state is a version 2 file: an rlbisect before it says "upgrade", not "unexpected"
+        "format": FORMAT, "format_version": max(snap.format_version, 2 if snap.rng.numpy is not None else 1),
+        "step": snap.step,
         "created": snap.created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "torch_version": snap.torch_version, "num_threads": snap.num_threads,
         "code": vars(snap.code), "config": snap.config, "stats": snap.stats,
@@ -134,7 +142,8 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
         "post_update_keys": None if snap.post_update is None else list(snap.post_update),
         "grad_keys": None if snap.grads is None else list(snap.grads),
         "rng": {"torch": snap.rng.torch is not None, "generators": list(snap.rng.generators),
-                "python": snap.rng.python},
+                "python": snap.rng.python,
+                "numpy": None if snap.rng.numpy is None else [snap.rng.numpy[0], *snap.rng.numpy[2:]]},
     }
     try:
         meta_json = json.dumps(header)
@@ -164,6 +173,7 @@ class _Rng(BaseModel):
     torch: bool
     generators: list[str]
     python: tuple[int, tuple[int, ...], float | None] | None
+    numpy: tuple[Literal["MT19937"], int, int, float] | None = None   # absent in files from before
 
 
 class _Header(BaseModel):
@@ -258,7 +268,9 @@ def _load(path: Path) -> Snapshot:
     post = None if head.post_update_keys is None else {k: take(f"post/{k}") for k in head.post_update_keys}
     grads = None if head.grad_keys is None else {k: take(f"grad/{k}") for k in head.grad_keys}
     rng = RngState(take("rng/torch") if head.rng.torch else None,
-                   {k: take(f"rng/gen/{k}") for k in head.rng.generators}, head.rng.python)
+                   {k: take(f"rng/gen/{k}") for k in head.rng.generators}, head.rng.python,
+                   None if head.rng.numpy is None else (head.rng.numpy[0], take("rng/numpy").numpy().astype("uint32"),
+                                                        *head.rng.numpy[1:]))
     if extra := set(tensors) - used:
         raise SnapshotError(f"unexpected tensors {sorted(extra)[:3]}")
     for state in [rng.torch, *rng.generators.values()]:
@@ -266,6 +278,8 @@ def _load(path: Path) -> Snapshot:
             torch.Generator().set_state(state)  # refuses a malformed state now, not at replay
     if rng.python is not None:
         random.Random().setstate(rng.python)
+    if rng.numpy is not None:
+        np.random.RandomState().set_state(rng.numpy)
     return Snapshot(
         step=head.step, model=model, optimizer=optim, batch=batch, rng=rng, config=head.config,
         stats=head.stats, hits=[Hit.from_dict(h) for h in head.hits], code=CodeIdentity(**vars(head.code)),

@@ -122,6 +122,9 @@ def replay_in_process(snap: Snapshot, bug: str | None = None, replayer=None) -> 
     except Exception as e:  # noqa: BLE001 - a replayer outside the contract: no verdict on the step
         raise ReplayError(f"the replayer raised {printable(describe(e))} (a replayer raises UpdateRaised "
                           "where the update itself fails, ReplayError where the state does not fit)") from None
+    if not isinstance(replayed, Replayed):   # None is not "the update raised": no verdict on the step
+        raise ReplayError(f"the replayer returned {type(replayed).__name__}, not a Replayed (the update's "
+                          "stats and digests; UpdateRaised where the update itself fails)")
     if torch.get_num_threads() != snap.num_threads:
         replayed.notes.append(f"recorded with {snap.num_threads} threads, replayed with "
                               f"{torch.get_num_threads()}: sums split differently can move the last bits")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlbisect.steps.capture import copy_tensors
@@ -45,7 +46,8 @@ def restore_scheduler(snap: Snapshot, scheduler: Any) -> None:
 
 
 def restore_rng(snap: Snapshot, generators: dict[str, torch.Generator] | None = None) -> None:
-    """Set the global torch RNG, Python `random`, and each named generator (names must match)."""
+    """Set the global torch RNG, Python `random`, numpy's global generator and each named generator
+    (names must match)."""
     generators = generators or {}
     if set(generators) != set(snap.rng.generators):
         raise ValueError(f"generators {sorted(generators)} do not match the snapshot's "
@@ -56,6 +58,8 @@ def restore_rng(snap: Snapshot, generators: dict[str, torch.Generator] | None = 
         g.set_state(snap.rng.generators[name].clone())
     if snap.rng.python is not None:
         random.setstate(snap.rng.python)
+    if snap.rng.numpy is not None:
+        np.random.set_state(snap.rng.numpy)
 
 
 def restore(snap: Snapshot, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,

@@ -109,6 +109,11 @@ def test_a_command_that_cannot_run_aborts_instead_of_blaming_a_commit(tiny_repo,
     assert rc == 4 and "bogus exit code 127 on GOOD too" in out
     assert data["first_bad"] is None and data["status"] == "aborted"
     assert r.snapshot() == before
+    # nothing in the range was judged: no list of every commit as "still one of", no prior as a posterior
+    assert "nothing was learned about the range" in out and "still one of" not in out, out
+    rc, out, data = run_cli(["main~3..main", "--repo", str(r.path), "--flaky", "--", "./missing.sh"])
+    assert rc == 4 and "nothing was learned" in out and "posterior of the likeliest" not in out, out
+    assert "2 probes (0 cached)" in out and "0 predicate runs" not in out, out
 
 
 @pytest.mark.parametrize("code", [128, 255])

@@ -239,35 +239,40 @@ def test_runs_at_good_that_write_no_metrics_stop_the_bisect_early(tmp_path):
 RUNNER = """
 import pathlib, random
 def run(steps, seed):
-    # the metric: GOOD's per-seed noise, shifted by what this commit's `shift` file says
+    # the metric: GOOD's per-seed noise, shifted by what this commit's `shift` file says; STREAM:
+    # whether the commit draws its own noise (an accelerator's kernels) or repeats the seed's
     shift = float(pathlib.Path(__file__).with_name("shift").read_text())
-    return [{"reward": 0.5 + random.Random(seed).gauss(0, 0.2) + shift}]
+    return [{"reward": 0.5 + random.Random(f"{seed}-{shift}" if STREAM else seed).gauss(0, 0.2) + shift}]
 """
+
+
+def shifted_history(tmp_path, shifts, stream: bool) -> tuple[Path, list[str]]:
+    """A repository whose commit i shifts the metric by shifts[i] (noisy_runner:run)."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / "noisy_runner.py").write_text(f"STREAM = {stream}\n" + RUNNER)
+    shas = []
+    for i, shift in enumerate(shifts):
+        (repo / "shift").write_text(shift)
+        if i == 0:
+            git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"c{i}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return repo, shas
+
+
+NOISY = dict(runner="noisy_runner:run", steps=1, window=1, metric="reward")
 
 
 @pytest.mark.slow
 def test_a_difference_hidden_by_the_spread_is_skipped_not_guessed(tmp_path):
-    """Commit 1 shifts the metric by less than the seed spread can resolve in 9 seeds: skip, not a
-    guess; commit 2 shifts it far: bad. git is left with both as candidates (exit 3)."""
-    from rlbisect.bisect import bisect
-    repo = tmp_path / "r"
-    repo.mkdir()
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
-    import os
-    env = {**os.environ, **env}
-    (repo / "noisy_runner.py").write_text(RUNNER)
-    shas = []
-    for i, shift in enumerate(["0.0", "-0.12", "-1.0"]):   # -0.12: p 0.19 -> 0.11 over 3..9 seeds
-        (repo / "shift").write_text(shift)
-        if i == 0:
-            subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
-        subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=env)
-        subprocess.run(["git", "commit", "-qm", f"c{i}"], cwd=repo, check=True, env=env)
-        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                                   env=env).stdout.strip())
-    pred = make_predicate("short-run", options=dict(runner="noisy_runner:run", steps=1, window=1,
-                                                    metric="reward"))
-    result = bisect(repo, f"{shas[0]}..{shas[2]}", pred)
+    """Each commit draws its own noise; commit 1 shifts the metric by less than the seed spread can
+    resolve in 9 seeds: skip, not a guess; commit 2 shifts it far: bad. Judged per commit, git is
+    left with both as candidates (exit 3)."""
+    repo, shas = shifted_history(tmp_path, ["0.0", "-0.16", "-1.0"], stream=True)   # p 0.15 at 9 seeds
+    result = bisect(repo, f"{shas[0]}..{shas[2]}", make_predicate("short-run", options=NOISY),
+                    BisectOptions(per_commit=True))
     verdicts = {p.commit: p for p in result.probes}
     assert verdicts[shas[1]].verdict == "skip" and "unknown after 9 seeds" in verdicts[shas[1]].reason, \
         verdicts[shas[1]].reason
@@ -276,6 +281,17 @@ def test_a_difference_hidden_by_the_spread_is_skipped_not_guessed(tmp_path):
     # the answer rests on both endpoints, so both were run: BAD is worse, GOOD is GOOD
     assert (verdicts[shas[2]].role, verdicts[shas[2]].verdict) == ("BAD", "bad")
     assert (verdicts[shas[0]].role, verdicts[shas[0]].verdict) == ("GOOD", "good")
+
+
+@pytest.mark.slow
+def test_a_move_the_same_on_every_seed_is_read_seed_by_seed(tmp_path):
+    """A deterministic trainer: the same shift on every seed is found at once by the paired test,
+    where the seed spread hid it from Welch's (the test above, with the seeds' own noise)."""
+    repo, shas = shifted_history(tmp_path, ["0.0", "-0.16", "-1.0"], stream=False)
+    result = bisect(repo, f"{shas[0]}..{shas[2]}", make_predicate("short-run", options=NOISY))
+    assert result.status == "found" and result.first_bad == shas[1], result.message
+    first = next(p for p in result.probes if p.commit == shas[1])
+    assert first.verdict == "bad" and "seed by seed" in first.reason and first.values["seeds"] == 3.0
 
 
 CRASHING = """
@@ -399,12 +415,13 @@ def test_an_answer_resting_on_tests_at_the_spread_is_judged_against_its_parent(t
 
 
 @pytest.mark.slow   # each run starts the toy trainer
-@pytest.mark.parametrize("shift, culprit", [(2.0, 2), (6.0, 1)])
-def test_an_answer_next_to_good_is_judged_again_on_fresh_seeds(tmp_path, shift, culprit):
+@pytest.mark.parametrize("shift, culprit, salt", [(2.0, 2, 19), (6.0, 1, 0)])
+def test_an_answer_next_to_good_is_judged_again_on_fresh_seeds(tmp_path, shift, culprit, salt):
     # unmatched seeds, the culprit's parent GOOD: GOOD's three runs, shared by every probe, drew high
-    # at two spreads, every probe down to commit 1 looked worse, and commit 1 was named
+    # at two spreads, every probe down to commit 1 looked worse, and commit 1 was named (salt 19:
+    # such draws; since the paired test joined Welch's, salt 0's commit 1 is undecided instead)
     from history_fixtures.noisy_trainer import build
-    shas = build(tmp_path / "repo", 32, culprit, shift, salt=0)
+    shas = build(tmp_path / "repo", 32, culprit, shift, salt=salt)
     pred = make_predicate("short-run", options={"metric": "reward", "direction": "lower"},
                           command=[sys.executable, "train.py", "--seed", "{seed}", "--out", "{out}"])
     res = bisect(tmp_path / "repo", f"{shas[0]}..{shas[-1]}", pred, BisectOptions(use_cache=False))
@@ -455,3 +472,19 @@ def test_a_trainer_that_logs_lists_is_told_so_not_called_seed_blind(tmp_path):
     result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred, BisectOptions(use_cache=False))
     assert result.first_bad is None and "logged no number: reward is a list" in result.message, result.summary()
     assert "the seed does not reach" not in result.summary()
+
+
+@pytest.mark.slow
+def test_a_tensorboard_folder_where_the_command_runs_is_cleared_between_seeds(tmp_path):
+    """--metrics-file tb (a folder relative to the command, TensorBoard's usual): the first seed's
+    folder is still there when the second runs, and was unlink()ed (IsADirectoryError: every probe
+    skipped)."""
+    pytest.importorskip("tensorboard")
+    from rlbisect.bisect.predicates.train_runs import CommandRunner
+    (tmp_path / "train.py").write_text(
+        "import sys\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "w = SummaryWriter('tb')\nfor s in range(3): w.add_scalar('reward', float(sys.argv[1]) + s, s)\nw.close()\n")
+    runner = CommandRunner([sys.executable, "train.py", "{seed}"], "tb", cwd=tmp_path)
+    got = runner.runs(tmp_path, [0, 1], steps=3, timeout=60)
+    assert got.failure is None, got.failure and got.failure.reason
+    assert [r["reward"] for r in got.rows[1]] == [1.0, 2.0, 3.0]    # the second seed's own, not a mix

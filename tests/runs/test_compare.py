@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -139,8 +140,8 @@ def test_bookkeeping_by_name_and_by_behaviour_is_left_out_unless_named(tmp_path)
 def test_runs_with_no_metric_in_common_are_bad_input_not_unsure(tmp_path):
     a = tmp_path / "a"
     a.mkdir()
-    for name, key in (("a0", "x"), ("a1", "x"), ("b0", "y"), ("b1", "y")):
-        (a / f"{name}.jsonl").write_text(f'{{"{key}": 1.0}}\n{{"{key}": 2.0}}\n')
+    for i, (name, key) in enumerate((("a0", "x"), ("a1", "x"), ("b0", "y"), ("b1", "y"))):
+        (a / f"{name}.jsonl").write_text(f'{{"{key}": 1.0}}\n{{"{key}": {2.0 + i}}}\n')
     r = runner.invoke(app, ["compare", str(a / "a0.jsonl"), str(a / "a1.jsonl"), "--vs",
                             str(a / "b0.jsonl"), str(a / "b1.jsonl")])
     assert r.exit_code == 2 and "nothing to compare" in r.output
@@ -193,3 +194,38 @@ def test_a_value_that_is_not_a_number_counts_in_the_scored_window_and_not_before
     result = compare(good, new, window=2)
     assert list(result.nonfinite) == ["train/reward"] and result.exit_code == 1
     assert "train/reward (a string ('n/a') at row 5 of run 1)" in result.verdict_line()
+
+
+def test_a_metric_good_logs_that_the_runs_stopped_logging_is_no_evidence_of_nothing_moved(tmp_path):
+    """A renamed reward: the dashboard of what both sides log would be the loss alone, and say
+    "nothing moved" about a run whose reward fell by half."""
+    good = _rows(tmp_path / "g", "g", ["0.5", "0.52", "0.49"], lambda i, s: {})
+    new = _rows(tmp_path / "n", "n", ["0.25", "0.26", "0.24"], lambda i, s: {})
+    for path in new:   # the reward now logged under another name
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        Path(path).write_text("".join(json.dumps({**{k: v for k, v in r.items() if k != "reward"},
+                                                  "train/reward": r["reward"]}) + "\n" for r in rows))
+    with pytest.raises(InputError, match="'reward' is not logged by every run.*--metric-map"):
+        compare(good, new)
+    assert compare(good, new, metric_map={"train/reward": "reward"}).verdict == "bad"
+    assert compare(good, new, metrics=["loss"]).verdict == "good"    # chosen: the loss alone
+
+
+def test_goods_runs_that_are_all_alike_give_no_spread_to_judge_against(tmp_path):
+    """A script that ignores the seed: GOOD's runs are copies, and a change of 1e-9 would be
+    "infinite spreads, p = 0" (the short-run predicate skips such a probe too)."""
+    good = _rows(tmp_path / "g", "g", ["0.5", "0.5", "0.5"])
+    for path in good[1:]:
+        Path(path).write_text(Path(good[0]).read_text())
+    new = _rows(tmp_path / "n", "n", ["0.500000001", "0.500000001"])
+    with pytest.raises(InputError, match="no seed spread"):
+        compare(good, new)
+
+
+def test_json_or_plot_naming_an_input_run_is_refused_before_it_is_overwritten(tmp_path):
+    good = _rows(tmp_path / "g", "g", ["0.5", "0.52", "0.49"])
+    new = _rows(tmp_path / "n", "n", ["0.51", "0.5", "0.5"])
+    before = Path(new[1]).read_text()
+    r = runner.invoke(app, ["compare", *good, "--vs", *new, "--json", new[1]])
+    assert r.exit_code == 2 and "is an input" in r.output, r.output
+    assert Path(new[1]).read_text() == before

@@ -39,3 +39,12 @@ def test_a_foreign_name_read_under_ours_is_judged_once():
     assert sorted(dashboard(runs)) == ["loss", "reward"]
     both = [rename([{"step": 0, "critic/score/mean": 0.5, "reward": 0.7}], {})]   # their own reward too
     assert sorted(dashboard(both)) == ["critic/score/mean", "reward"]
+
+
+def test_a_metric_is_bookkeeping_by_its_words_never_by_a_substring():
+    from rlbisect.runs.judge import bookkeeping
+    # behaviour whose names hold "time", "per_s", "_ms" or "seed" inside a word: judged
+    assert not any(map(bookkeeping, ["env/sentiment", "reward_per_step", "value_mse", "timeout_rate",
+                                     "reseeded_frac"]))
+    assert all(map(bookkeeping, ["train/stepTime", "tokens_per_sec", "summary/x", "random_seed", "n_seeds",
+                                 "global_step", "wallclock_ms"]))

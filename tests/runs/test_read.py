@@ -146,3 +146,16 @@ def test_a_value_read_once_keeps_what_it_was_when_flattened_again():
     once = flatten({"reward": [1.0, 2.0], "ok": "yes"})
     again = flatten(once)       # the short-run predicate flattens the rows a runner gives it
     assert again["reward"].what == "a list" and again["ok"].what == "a string ('yes')"
+
+
+def test_a_byte_order_mark_a_semicolon_csv_and_a_file_that_is_no_json_at_all(tmp_path):
+    bom = tmp_path / "bom.jsonl"     # PowerShell's and Excel's UTF-8
+    bom.write_bytes(b'\xef\xbb\xbf{"reward": 0.5}\n{"reward": 0.6}\n')
+    assert [r["reward"] for r in read_rows(bom)] == [0.5, 0.6]
+    semi = tmp_path / "semi.csv"     # a spreadsheet whose locale writes decimal commas
+    semi.write_bytes(b'\xef\xbb\xbfstep;reward\n0;0.5\n1;0.6\n')
+    assert read_rows(semi) == [{"step": 0.0, "reward": 0.5}, {"step": 1.0, "reward": 0.6}]
+    garbage = tmp_path / "garbage.jsonl"   # one line that is no JSON is not "a torn last line"
+    garbage.write_text("this is not json\n")
+    with pytest.raises(InputError, match="garbage.jsonl:1: not a JSON object per line"):
+        read_rows(garbage)

@@ -9,6 +9,7 @@ import random
 import struct
 import tracemalloc
 
+import numpy as np
 import pytest
 import safetensors.torch
 import torch
@@ -72,19 +73,22 @@ def test_round_trip_is_bit_exact(snap, saved):
     assert _equal_nested(got.model, snap.model) and _equal_nested(got.batch, snap.batch)
     assert _equal_nested(got.optimizer, snap.optimizer)  # int param ids, betas tuple, step tensors
     assert torch.equal(got.rng.torch, snap.rng.torch) and got.rng.python == snap.rng.python
+    assert got.rng.numpy[0] == "MT19937" and (got.rng.numpy[1] == snap.rng.numpy[1]).all()
+    assert got.rng.numpy[2:] == snap.rng.numpy[2:]
     assert torch.equal(got.rng.generators["minibatch"], snap.rng.generators["minibatch"])
     assert (got.step, got.config, got.code, got.meta) == (snap.step, snap.config, snap.code, snap.meta)
     assert json.dumps(got.stats) == json.dumps(snap.stats)  # NaN != NaN, so compare the spelling
     assert [h.to_dict().__repr__() for h in got.hits] == [h.to_dict().__repr__() for h in snap.hits]
     assert all(r.ok for r in compare_stats(snap.stats, got.stats))
     assert got.torch_version == torch.__version__ and got.num_threads == torch.get_num_threads()
-    assert got.format_version == 1 and got.created
+    assert got.format_version == 2 and got.created     # 2: numpy's generator is in it
 
 
 def test_restore_continues_training_exactly(tmp_path):
     def one_step(model, opt, gen):
         opt.zero_grad()
-        x = torch.randn(5, 4) + torch.rand(1, generator=gen) + random.random()  # all three RNGs
+        x = torch.randn(5, 4) + torch.rand(1, generator=gen) + random.random()  # all four RNGs
+        x = x * float(np.random.rand())
         model(x).pow(2).sum().backward()
         opt.step()
         return [p.detach().clone() for p in model.parameters()]
@@ -97,6 +101,7 @@ def test_restore_continues_training_exactly(tmp_path):
 
     torch.manual_seed(99)
     random.seed(99)
+    np.random.seed(99)
     fresh_model, _ = _trained(seed=1)  # different weights; Adam below starts empty
     fresh_opt = torch.optim.Adam(fresh_model.parameters(), lr=1e-2)
     fresh_gen = torch.Generator()
@@ -270,6 +275,9 @@ def _rehash(path, edit) -> None:
     (lambda m, t: m.update(optimizer={"x": 1}), "unknown tag"),
     (lambda m, t: t.update({"rng/torch": torch.zeros(3, dtype=torch.uint8)}), None),
     (lambda m, t: m["rng"].update(python=[3, [1, 2], None]), None),
+    (lambda m, t: t.update({"rng/numpy": torch.zeros(3, dtype=torch.int64)}), None),
+    (lambda m, t: m["rng"].update(numpy=["PCG64", 0, 0, 0.0]), "numpy"),
+    (lambda m, t: m["rng"].pop("numpy"), "unexpected"),   # its tensor, named by nothing
 ])
 def test_consistent_but_invalid_metadata(saved, edit, match):
     load_snapshot(saved)
@@ -306,7 +314,8 @@ def test_inspect_cli(saved, tmp_path):
     res = _inspect(str(saved))
     assert res.exit_code == 0, res.output
     for text in ("12", "ceiling:approx_kl: approx_kl 0.31 > ceiling 0.05", "aaaaaaaaaaaa (dirty)",
-                 torch.__version__, "batch/ids", "int64 [3, 6]", "optim/state/0/exp_avg", '"lr": 0.01'):
+                 torch.__version__, "batch/ids", "int64 [3, 6]", "optim/state/0/exp_avg", '"lr": 0.01',
+                 "rng/numpy"):
         assert text in res.output, text
     res = _inspect(str(saved), "--json")
     info = json.loads(res.output)
@@ -335,3 +344,26 @@ def test_file_without_frozen_or_post_fields_still_loads(saved):
     _rehash(saved, lambda m, t: [m.pop("frozen_keys"), m.pop("post_update_keys")])
     got = load_snapshot(saved)
     assert got.frozen == {} and got.post_update is None
+    # ...and before numpy's generator was kept: no key, no tensor, nothing to restore
+    _rehash(saved, lambda m, t: [m["rng"].pop("numpy"), t.pop("rng/numpy"), m.update(format_version=1)])
+    old = load_snapshot(saved)
+    assert old.rng.numpy is None and old.format_version == 1
+
+
+def test_inspect_keeps_each_string_from_the_file_on_its_line(saved):
+    """A hit message or a stat name holding a newline cannot print lines the file made up."""
+    _rehash(saved, lambda m, t: [m["hits"][0].update(message="ok\nfired          none (periodic snapshot)"),
+                                 m["stats"].update({"x\nstats": 1.0})])
+    out = _inspect(str(saved)).output
+    assert "\nfired          none" not in out and "ok\\nfired" in out and "x\\nstats" in out, out
+
+
+def test_a_batch_keyed_by_ints_round_trips_and_one_keyed_by_tuples_is_refused_at_save(snap, tmp_path):
+    """{0: inputs, 1: targets}: the file was written and could never be read back."""
+    snap.batch = {0: torch.randn(4, 3), 1: torch.randn(4, 1)}
+    got = load_snapshot(save_snapshot(tmp_path / "ints.pt", snap))
+    assert list(got.batch) == [0, 1] and torch.equal(got.batch[1], snap.batch[1])
+    snap.batch = {(0, "x"): torch.randn(2)}
+    with pytest.raises(SnapshotError, match="key of type tuple"):
+        save_snapshot(tmp_path / "tuples.pt", snap)
+    assert not (tmp_path / "tuples.pt").exists()

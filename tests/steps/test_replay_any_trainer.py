@@ -77,6 +77,10 @@ def test_a_replayer_outside_the_contract_is_no_verdict_and_tensor_stats_are_numb
         return Replayed({"loss": torch.tensor(1.0)}, snap.post_update_sha256)
     report = replay(path, replayer=tensors)
     assert report.identical and report.rows[0].replayed == 1.0
+    # a replayer that returns what is not a Replayed: no verdict (exit 2), never "the update raised"
+    for wrong in (None, {"loss": 1.0}):
+        with pytest.raises(ReplayError, match=f"the replayer returned {type(wrong).__name__}, not a Replayed"):
+            replay(path, replayer=lambda snap, bug, wrong=wrong: wrong)
 
 
 def test_a_step_saved_because_it_raised_replays_as_the_same_error_or_differs(tmp_path):

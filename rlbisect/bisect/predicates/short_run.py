@@ -86,7 +86,7 @@ class ShortRunPredicate(BasePredicate):
                                  "writes; a --runner returns its rows")
         self.runner = CommandRunner(command, o.metrics_file) if command \
             else FunctionRunner(o.runner or DEFAULT_RUNNER)
-        self.rule = Rule(alpha=o.alpha, k0=o.seeds, max_seeds=o.max_seeds)
+        self.rule = Rule(alpha=o.alpha, k0=o.seeds, max_seeds=o.max_seeds, paired=True)   # matched seeds
         self.good: str | None = None
         self._checkout_good: Callable[[], Path] | None = None
         self._good_runs: dict[int, list[dict]] = {}
@@ -222,8 +222,10 @@ class ShortRunPredicate(BasePredicate):
             metric, side = j.absent[0]
             side, runs = ("GOOD's", good) if side == "GOOD" else ("this commit's", probe)
             have = dashboard(runs.values())
+            hint = "" if o.metric or o.metrics else (" while every run of GOOD's does: renamed (--metric-map "
+                                                     "THEIRS=OURS) or no longer logged (--metrics to choose)?")
             return Probe(Verdict.SKIP, reason=f"{metric} is not in {side} runs (they log: "
-                         f"{', '.join(have) or 'nothing'})", seconds=seconds, cause=Cause.CANNOT_RUN)
+                         f"{', '.join(have) or 'nothing'}){hint}", seconds=seconds, cause=Cause.CANNOT_RUN)
         if j.went_nonfinite:
             m, how = next(iter(j.went_nonfinite.items()))
             return Probe(Verdict.BAD, {m: statistics.fmean(j.other[m])}, f"{m} is not a finite number at "

@@ -90,7 +90,12 @@ class CommandRunner:
         if here is None:
             return None, folder_missing(self.folder), 0.0
         metrics = here / fill(self.metrics_file)   # {out} makes it absolute
-        metrics.unlink(missing_ok=True)   # never read a file an earlier seed left in the checkout
+        # never read what an earlier seed left in the checkout (a TensorBoard folder too; a link is
+        # removed, never followed: the path is under the checkout or {out}, the folder it names not)
+        if metrics.is_dir() and not metrics.is_symlink():
+            shutil.rmtree(metrics)
+        else:
+            metrics.unlink(missing_ok=True)
         r = run([fill(a) for a in self.argv], here, timeout, probe_env())
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
