@@ -156,7 +156,7 @@ def read_rows(path: str | Path) -> list[dict[str, float]]:
         # a row shorter than the header leaves its last cells None: not logged, as an empty cell
         return [{printable(k): x for k, v in row.items() if k and v is not None and (x := number(v)) is not None}
                 for row in reader]
-    rows = []
+    rows: list[dict[str, float]] = []
     for i, line, last in _lines(path):
         if not line.strip():
             continue
