@@ -36,7 +36,7 @@ import torch
 
 from rlbisect.check.adapter import Prepared
 from rlbisect.check.copies import clone
-from rlbisect.check.invariants import INVARIANTS, masked_mean
+from rlbisect.check.invariants import FLAT, INVARIANTS, masked_mean
 from rlbisect.check.results import NotApplicable
 
 
@@ -47,7 +47,7 @@ def _clip(ctx):
                              "it keeps a gradient outside the clip range by design")
     rows = ctx.few_rows(1)
     if not len(rows):
-        return NotApplicable("every group in the probe batch is flat: no advantage term to clip")
+        return NotApplicable(f"{FLAT}: no advantage term to clip")
     adv = ctx.prep.advantages
     # old = logp - sign(A): ratio e where A > 0, 1/e where A < 0, outside any sane clip range, on
     # the side where PPO's min() keeps the clipped (constant) term
@@ -74,6 +74,8 @@ def _kl_pull(ctx):
         return NotApplicable("the declared KL estimator is k1 (log ratio), whose sampled gradient has mean 0 "
                              "at the sampler's policy: it need not pull on one batch (check 19 checks its value "
                              "and gradient)")
+    if ctx.flat:     # the update had nothing to move the policy by: it still sits on the reference
+        return NotApplicable(f"{FLAT}: the update left the policy at the reference, no KL to pull back")
     rows = ctx.minibatch[:4]
     mask = ctx.truth.owned[rows]
 

@@ -17,6 +17,11 @@ from rlbisect.check.thresholds import Thresholds
 
 MOVE = 0.2
 
+# An all-flat batch (every reward of each group equal: a starting policy that solves none of the
+# tasks, or all of them) gives a correct trainer zero advantages and no step: the checks that read
+# the step or the advantage term have nothing to test, so they say so rather than fail healthy code.
+FLAT = "every group in the probe batch is flat"
+
 
 def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in model.parameters()])
@@ -158,6 +163,13 @@ class CheckContext:
             ref_logp = self.adapter.log_probs(ref, self.batch)
         return {"stats": stats, "new_logp": new_logp, "ref_logp": ref_logp, "model": trained, "ref": ref,
                 "leaks": leaks, "consumed": consumed}
+
+    @cached_property
+    def flat(self) -> bool:
+        """Every group of the sampler's rewards holds one value (the truth's, which the trainer
+        cannot change; a NaN reward is never flat, so it still fails)."""
+        r = self.truth.rewards.float().view(-1, self.truth.group_size)
+        return bool((r == r[:, :1]).all())
 
     def few_rows(self, n: int = 2) -> torch.Tensor:
         """Up to n rows of the microbatch with A > 0 and n with A < 0: enough to see a gradient

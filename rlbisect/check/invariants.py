@@ -33,7 +33,7 @@ from typing import Callable, Collection, Optional
 
 import torch
 from rlbisect.check.adapter import Offers, TrainerAdapter
-from rlbisect.check.context import CheckContext, group_advantages, masked_mean, worst  # noqa: F401 (re-exported)
+from rlbisect.check.context import FLAT, CheckContext, group_advantages, masked_mean, worst  # noqa: F401 (re-exported)
 from rlbisect.check.results import CheckResult, NotApplicable, as_json, over_seeds  # noqa: F401 (re-exported)
 from rlbisect.check.thresholds import Thresholds
 from rlbisect.errors import RlbisectError, describe, printable
@@ -119,10 +119,12 @@ def _old_logp_frozen(ctx):
 
 @INVARIANTS.register("update raises log pi where A > 0")
 def _direction(ctx):
+    if ctx.flat:     # no advantage to correlate with: corr would be NaN on a healthy trainer
+        return NotApplicable(f"{FLAT}: no advantage for the update to follow")
     moved = ((ctx.stepped["new_logp"] - ctx.trainer_logp) * ctx.truth.owned).sum(-1)      # [B]
     adv = group_advantages(ctx.truth.rewards, ctx.truth.group_size)
     value = float(torch.corrcoef(torch.stack([moved, adv]))[0, 1])
-    return value, value > ctx.t.correlation       # NaN (no reward variance in the batch) fails
+    return value, value > ctx.t.correlation       # NaN fails
 
 
 @INVARIANTS.register("KL to reference > 0 after a step")
@@ -130,6 +132,8 @@ def _kl_ref(ctx):
     ref_logp = ctx.stepped["ref_logp"]
     if ref_logp is None:
         return NotApplicable("no reference model: the trainer uses no KL term")
+    if ctx.flat:     # zero advantages: a correct update need not leave the reference at all
+        return NotApplicable(f"{FLAT}: a correct update has no advantage to move the policy by")
     x = (ref_logp - ctx.stepped["new_logp"]).double()     # exp(x) - x - 1 cancels in float32 for small steps
     value = float(masked_mean(x.exp() - x - 1, ctx.truth.owned))
     return value, value > ctx.t.kl_ref

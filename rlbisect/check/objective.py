@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from rlbisect.check.adapter import Prepared
-from rlbisect.check.invariants import INVARIANTS, worst
+from rlbisect.check.invariants import FLAT, INVARIANTS, worst
 from rlbisect.check.observe import advantages_of, loss_identity
 from rlbisect.check.results import NotApplicable
 
@@ -96,6 +96,8 @@ def _needs_tap(ctx):
         return NotApplicable(f"the objective is {spec.kind}: only PPO's clipped surrogate is declared exactly")
     if not ctx.offers.tap_in_loss:
         return NotApplicable("the adapter's loss() takes no `tap`, so what it consumes cannot be seen")
+    if ctx.flat:     # the probe loss is taken over rows with A != 0, and there are none
+        return NotApplicable(f"{FLAT}: no row with an advantage for the loss to be checked on")
     return None
 
 

@@ -128,20 +128,48 @@ def test_registered_invariant_runs_with_the_nine_and_can_fail():
         INVARIANTS.unregister(name)
 
 
-def test_no_reward_variance_fails_the_direction_check_instead_of_passing_silently():
-    class AllFail:
+FLAT_BLIND = ["update raises log pi where A > 0", "KL to reference > 0 after a step",
+              "clip stops the gradient outside 1 +- eps", "KL term pulls toward the reference",
+              "loss = the declared objective", "reference log-probs = the reference's"]
+
+
+def test_an_all_flat_probe_batch_is_no_verdict_for_the_checks_it_blinds():
+    """A starting policy that earns 0 everywhere: zero advantages, no step. The checks that read
+    the step or the advantage term used to FAIL healthy code there (NaN correlation, KL 0)."""
+    import dataclasses
+
+    class Unsolved:
         def __init__(self):
             self._a = make_adapter()
 
         def probe_batch(self):
             batch, truth = self._a.probe_batch()
-            truth.rewards = torch.zeros_like(truth.rewards)
+            zero = torch.zeros_like(truth.rewards)
+            return {**batch, "rewards": zero.clone()}, dataclasses.replace(truth, rewards=zero.clone(),
+                                                                           rescored=zero.clone())
+
+        def __getattr__(self, name):
+            return getattr(self._a, name)
+    res = sanity_checks(Unsolved())
+    assert not [n for n, r in res.items() if r.failed]
+    for name in FLAT_BLIND:
+        assert res[name].passed is None and res[name].na.startswith("every group in the probe batch is flat"), name
+
+
+def test_a_nan_reward_is_not_flat_and_still_fails_the_direction_check():
+    class NanReward:
+        def __init__(self):
+            self._a = make_adapter()
+
+        def probe_batch(self):
+            batch, truth = self._a.probe_batch()
+            truth.rewards = torch.full_like(truth.rewards.float(), math.nan)
             return batch, truth
 
         def __getattr__(self, name):
             return getattr(self._a, name)
-    r = sanity_checks(AllFail())["update raises log pi where A > 0"]
-    assert math.isnan(r.value) and not r.passed
+    r = sanity_checks(NanReward(), only=["update raises log pi where A > 0"])["update raises log pi where A > 0"]
+    assert r.failed and math.isnan(r.value)
 
 
 def test_as_json_shape():
@@ -259,3 +287,4 @@ def test_a_probe_batch_that_raises_fails_every_selected_check():
     res = sanity_checks(adapter, only=["mask = policy tokens", "ratio = 1 before any step"])
     assert list(res) == ["mask = policy tokens", "ratio = 1 before any step"]
     assert all(r.failed and "ZeroDivisionError" in r.detail for r in res.values())
+
