@@ -66,8 +66,9 @@ def _sampler_logp(ctx):
 @INVARIANTS.register("ratio = 1 before any step")
 def _ratio(ctx):
     stats = ctx.trainer_pass[1]
-    value = max(stats["ratio_max"] - 1, 1 - stats["ratio_min"])
-    return float(value), value < ctx.t.ratio
+    high, low = float(stats["ratio_max"]) - 1, 1 - float(stats["ratio_min"])
+    value = math.nan if math.isnan(high) or math.isnan(low) else max(high, low)   # max() drops a NaN: it fails
+    return value, value < ctx.t.ratio
 
 
 @INVARIANTS.register("group advantage mean = 0")

@@ -21,6 +21,7 @@ Each is n/a, with its reason, where the adapter does not declare or expose what 
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -114,7 +115,7 @@ def _objective(ctx):
             return float("nan")      # the loss never showed the tap what it consumed
         value, grad = loss_identity(at.offers.spec, got["loss"], got["mask"], got["old_logp"], got["advantages"],
                                     got.get("ref_logp"), got.get("logits"), got.get("targets"), got.get("logp"))
-        return max(value, grad)
+        return math.nan if math.isnan(value) or math.isnan(grad) else max(value, grad)   # max() drops a NaN
     return worst(ctx, error, lambda v: v < ctx.t.objective)
 
 

@@ -288,3 +288,12 @@ def test_a_probe_batch_that_raises_fails_every_selected_check():
     assert list(res) == ["mask = policy tokens", "ratio = 1 before any step"]
     assert all(r.failed and "ZeroDivisionError" in r.detail for r in res.values())
 
+
+@pytest.mark.parametrize("which", ["ratio_min", "ratio_max"])
+def test_a_nan_ratio_either_side_fails_check_3(which):
+    """max(ratio_max - 1, 1 - NaN) dropped the NaN and passed."""
+    adapter = make_adapter()
+    backward = adapter.backward
+    adapter.backward = lambda *a: {**backward(*a), which: math.nan}
+    r = sanity_checks(adapter, only=["ratio = 1 before any step"])["ratio = 1 before any step"]
+    assert r.failed and math.isnan(r.value)

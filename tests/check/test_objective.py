@@ -78,3 +78,26 @@ def test_without_a_kl_term_anywhere_the_reference_check_says_so():
     adapter.variants = {"per-episode mean": {"loss_mode": "seq_mean_token_mean"}}
     res = sanity_checks(adapter)["reference log-probs = the reference's"]
     assert res.passed is None and res.na.startswith("no KL term at any setting")
+
+
+def test_a_nan_gradient_of_a_right_loss_value_fails_check_19():
+    """0 * sqrt(0) on the logits: the value is right, the gradient NaN. max(value, NaN) kept the
+    value and passed."""
+    import math
+
+    import torch
+    from reference_trainer.adapter import ReferenceAdapter
+
+    class NanGrad(ReferenceAdapter):
+        def loss(self, model, batch, rows, prep, ref=None, tap=None):
+            box = {}
+
+            def poisoned(event, **kw):
+                if event == "loss" and kw.get("logits") is not None:
+                    kw["loss"] = box["loss"] = kw["loss"] + 0.0 * torch.sqrt(kw["logits"] - kw["logits"].detach()).sum()
+                if tap is not None:
+                    tap(event, **kw)
+            loss, stats = super().loss(model, batch, rows, prep, ref=ref, tap=poisoned)
+            return box.get("loss", loss), stats
+    r = sanity_checks(NanGrad(), only=["loss = the declared objective"])["loss = the declared objective"]
+    assert r.failed and math.isnan(r.value)
