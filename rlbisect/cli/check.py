@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from rlbisect.cli.common import finite, given_adapter, json_text, output_path, probe_seed_list
+from rlbisect.cli.train import seed_in_range
 from rlbisect.errors import CannotRun, InputError, RlbisectError, printable
 
 
@@ -68,6 +69,8 @@ def check_cmd(
     plot_out, spec = output_path(plot, "--plot", figure=True), adapter or DEFAULT_ADAPTER
     seeds, opts = probe_seed_list(seed, probe_seeds), parse_adapter_opts(adapter_opt, {
         "bug": "--bug", "seed": "--seed or --probe-seeds", "episodes": "--episodes", "kl_coef": "--kl-coef"})
+    for probe_seed in seeds:
+        seed_in_range(probe_seed, "--seed" if probe_seeds is None else "--probe-seeds")
     limits = Thresholds.named(thresholds)
     only = select_checks(checks) if checks else None
     runs_needed(only, runs)     # run-level checks selected with --no-runs: refused before any work

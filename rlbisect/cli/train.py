@@ -5,6 +5,17 @@ from __future__ import annotations
 import typer
 
 from rlbisect.cli.common import finite, folder_path, output_path
+from rlbisect.errors import InputError
+
+#: What torch's seeding takes (manual_seed). A seed outside it raised deep in the trainer: `check`
+#: then reported every check FAILED, exit 1, which a bisect reads as a bad commit.
+SEEDS = range(-2**63, 2**64)
+
+
+def seed_in_range(seed: int, option: str) -> None:
+    """Refuse a seed no torch generator can take, as bad input (exit 2), before any work."""
+    if seed not in SEEDS:
+        raise InputError(f"{option} {seed}: a seed must be from -2**63 to 2**64 - 1 (what torch's manual_seed takes)")
 
 
 def train_cmd(
@@ -29,6 +40,7 @@ def train_cmd(
     """
     from rlbisect.tinyagent import first_use_note
     from rlbisect.tinyagent.train import TrainSettings, step_line, train
+    seed_in_range(seed, "--seed")
     finite(lr=lr, kl_coef=kl_coef, temperature=temperature)     # an infinite lr trains NaN, then the sampler raises
     if note := first_use_note():
         typer.echo(note, err=True)

@@ -198,3 +198,12 @@ def test_an_adapter_option_the_command_sets_itself_points_to_its_flag(opt, flag)
     """It reached the factory twice: a TypeError traceback, exit 1 (a finding, to a bisect)."""
     r = CliRunner().invoke(app, ["check", "--adapter-opt", opt, "--no-runs", "--checks", "1"])
     assert r.exit_code == 2 and f"is set by {flag}; give it there" in r.output and r.output.count("\n") == 1, r.output
+
+
+@pytest.mark.parametrize("args", [["--seed", "99999999999999999999"], ["--probe-seeds", "1,99999999999999999999"],
+                                  ["--seed=-9223372036854775809"]])
+def test_a_seed_no_generator_can_take_is_bad_input_not_every_check_failing(args):
+    """It raised in the trainer's seeding: every check FAILED, exit 1 (a bad commit, to a bisect)."""
+    r = check(*args, "--no-runs", "--checks", "1")
+    assert r.exit_code == 2 and "a seed must be from -2**63 to 2**64 - 1" in r.output, r.output
+    assert r.output.count("\n") == 1
