@@ -169,3 +169,17 @@ def make_adapter(episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: s
     """The factory `rlbisect check` uses when no --adapter is given; ``settings`` are environment,
     sampler and update config fields (max_turns, reward, temperature, loss_mode, microbatches, ...)."""
     return ReferenceAdapter(episodes=episodes, seed=seed, kl_coef=kl_coef, bug=bug, **settings)
+
+
+def check_options(episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None,
+                  **settings) -> None:
+    """make_adapter's options, checked without building anything (rlbisect calls it before the
+    build, as ``make_adapter.check_options``): an unknown fault or setting, a bad value or a probe
+    size that is not whole groups raises ValueError, which by hand is the caller's mistake."""
+    check_bug(bug)
+    group = _config(kl_coef, settings).sampler.group_size
+    if episodes % group:
+        raise ValueError(f"--episodes {episodes}: must be a multiple of the group size {group}")
+
+
+make_adapter.check_options = check_options      # type: ignore[attr-defined]

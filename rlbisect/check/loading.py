@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from rlbisect.errors import CannotRun, ExitCode, InputError
+from rlbisect.errors import CannotRun, ExitCode, InputError, describe
 from rlbisect.registry import Registry
 
 
@@ -31,6 +31,13 @@ class AdapterUnfit(AdapterError, CannotRun):
     factory refuses an option, raises, or returns no adapter (exit 125, git bisect run's skip)."""
 
     exit_code = ExitCode.CANNOT_RUN
+
+
+class OptionRefused(AdapterUnfit):
+    """An option given for the adapter that it does not take: its factory has no such keyword, or
+    the factory's own ``check_options`` refuses it (TinyAgent's: a fault, setting or size it does
+    not know). A skip to a bisect (this commit's adapter may predate the option); by hand the CLI
+    makes it bad input."""
 
 
 def _first(folder: Path) -> None:
@@ -118,7 +125,8 @@ def _a_folder(where: str, name: str) -> AdapterNotFound:
                            f"that defines it, e.g. {where.rstrip('/')}/my_adapter.py:{name}")
 
 
-def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) -> Any:
+def load_adapter(spec: str, require: Optional[Sequence[str]] = None, defaults: Optional[dict] = None,
+                 **options) -> Any:
     """Build an adapter from `MODULE:FACTORY`, `FILE.py:FACTORY` or a name registered in
     :data:`ADAPTERS`, passing the options it accepts; it must have the methods in ``require``
     (the checks' probe points by default; ``("replay",)`` is all ``rlbisect replay`` needs).
@@ -128,23 +136,12 @@ def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) 
 
     An option the factory does not accept is an error when it was set (not None): silently
     ignoring `--bug` would check the wrong thing. One left unset (None) reaches only a factory that
-    names it, never its ``**kwargs``.
+    names it, never its ``**kwargs``. ``defaults``: the command's own defaults (not given by the
+    user), passed only to a factory that takes them: a factory with no options is still buildable.
     """
     from rlbisect.check.adapter import REQUIRED
     factory = _import_target(spec)
-    params = {name: p for name, p in inspect.signature(factory).parameters.items()
-              if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-    takes_all = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values())
-    kwargs = {}
-    for key, value in options.items():
-        if key in params:
-            kwargs[key] = value
-        elif value is None:
-            continue        # not given: a **kwargs factory that forwards it (to GRPOConfig) fails on it
-        elif takes_all:
-            kwargs[key] = value
-        else:
-            raise AdapterUnfit(f"{spec} does not accept option {key!r}")
+    kwargs = _kwargs(spec, factory, defaults, options)
     try:
         adapter = factory(**kwargs)
     except CannotRun:
@@ -155,6 +152,40 @@ def load_adapter(spec: str, require: Optional[Sequence[str]] = None, **options) 
     if missing:
         raise AdapterUnfit(f"{spec} returned an adapter without {', '.join(missing)}")
     return adapter
+
+
+def _kwargs(spec: str, factory: Callable, defaults: Optional[dict], options: dict) -> dict:
+    """What the factory is called with (see :func:`load_adapter`)."""
+    params = {name: p for name, p in inspect.signature(factory).parameters.items()
+              if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values())
+    kwargs = {key: value for key, value in (defaults or {}).items() if key in params or takes_all}
+    for key, value in options.items():
+        if key in params:
+            kwargs[key] = value
+        elif value is None:
+            continue        # not given: a **kwargs factory that forwards it (to GRPOConfig) fails on it
+        elif takes_all:
+            kwargs[key] = value
+        else:
+            raise OptionRefused(f"{spec} does not accept option {key!r}")
+    return kwargs
+
+
+def check_options(spec: str, defaults: Optional[dict] = None, **options) -> None:
+    """The options :func:`load_adapter` would pass, checked before anything is built: a keyword
+    the factory lacks, then the factory's own ``check_options(**kwargs)`` when it offers one
+    (TinyAgent's does: its fault names, settings, probe size). What either refuses is
+    :class:`OptionRefused`, so by hand a mistyped option is told from a trainer that cannot be
+    built at this commit (a ValueError of the factory itself stays AdapterUnfit)."""
+    factory = _import_target(spec)
+    kwargs = _kwargs(spec, factory, defaults, options)
+    check = getattr(factory, "check_options", None)
+    if callable(check):
+        try:
+            check(**kwargs)
+        except (ValueError, TypeError) as e:       # a pydantic ValidationError is a ValueError
+            raise OptionRefused(f"{spec}: {describe(e)}") from None
 
 
 DEFAULT_ADAPTER = "reference_trainer.adapter:make_adapter"

@@ -14,6 +14,7 @@ from rlbisect.errors import CannotRun, InputError, RlbisectError, printable
 
 
 def check_cmd(
+    ctx: typer.Context,
     adapter: str = typer.Option(None, "--adapter", help="MODULE:FACTORY or FILE.py:FACTORY (default: TinyAgent's)"),
     bug: str = typer.Option(None, "--bug", help="inject a code fault (adapters that accept `bug`)"),
     episodes: int = typer.Option(64, "--episodes", min=1, help="episodes in the probe batch"),
@@ -54,6 +55,7 @@ def check_cmd(
     """
     from rlbisect.bisect.predicates.invariants import run_selected, runs_needed, select_checks
     from rlbisect.check import DEFAULT_ADAPTER, check_matrix, load_adapter
+    from rlbisect.check.loading import check_options
     from rlbisect.check.adapter import parse_adapter_opts
     from rlbisect.check.invariants import as_json as to_json
     from rlbisect.check.results import exit_code
@@ -74,7 +76,24 @@ def check_cmd(
     limits = Thresholds.named(thresholds)
     only = select_checks(checks) if checks else None
     runs_needed(only, runs)     # run-level checks selected with --no-runs: refused before any work
+    if bug is not None and not bug.strip():       # no adapter has a fault without a name
+        raise InputError("--bug: give a fault's name (an unknown one lists them)")
+    # --episodes and --kl-coef left at their defaults reach only a factory that takes them: one
+    # with no options (docs/checks.md's template) was refused over options nobody gave
+    given = {k: v for k, v in (("episodes", episodes), ("kl_coef", kl_coef))
+             if getattr(ctx.get_parameter_source(k), "name", "") != "DEFAULT"}   # typer vendors its click
+    defaults = {k: v for k, v in (("episodes", episodes), ("kl_coef", kl_coef)) if k not in given}
+    seed_given = seed is not None or probe_seeds is not None
+
+    def factory_options(probe_seed: int) -> dict:       # the probe seed too, when nobody gave one
+        seeded = {"seed": probe_seed}
+        return {"defaults": {**defaults, **({} if seed_given else seeded)}, **given,
+                **(seeded if seed_given else {}), **opts}
     defer_dynamo()        # the checks never compile: see rlbisect._proc.startup
+    try:                  # before any work or word: a mistyped option is one line
+        check_options(spec, bug=bug, **factory_options(seeds[0]))
+    except RlbisectError as e:
+        raise adapter_failure(spec, e) from None
 
     if spec == DEFAULT_ADAPTER and (note := first_use_note()):
         typer.echo(note, err=True)
@@ -84,7 +103,7 @@ def check_cmd(
 
     def make(fault, probe_seed):
         try:
-            return load_adapter(spec, episodes=episodes, seed=probe_seed, kl_coef=kl_coef, bug=fault, **opts)
+            return load_adapter(spec, bug=fault, **factory_options(probe_seed))
         except RlbisectError as e:
             raise adapter_failure(spec, e) from None
     if matrix:
@@ -155,10 +174,13 @@ def _where(r) -> str:
 def adapter_failure(spec: str, error: RlbisectError) -> RlbisectError:
     """What an adapter that could not be loaded or built means for the exit code. One that does
     not fit this code is :class:`~rlbisect.check.loading.AdapterUnfit` already (exit 125); a spec
-    that names nothing is bad input (exit 2) by hand, and inside a bisect (:func:`in_a_bisect`)
-    means this commit predates the adapter: the checks cannot run here (exit 125)."""
-    from rlbisect.check.loading import AdapterNotFound, AdapterUnfit
-    if isinstance(error, AdapterUnfit) or (isinstance(error, AdapterNotFound) and in_a_bisect()):
+    that names nothing, or an option the adapter does not take (``OptionRefused``), is bad input
+    (exit 2) by hand, and inside a bisect (:func:`in_a_bisect`) means this commit predates the
+    adapter or the option: the checks cannot run here (exit 125)."""
+    from rlbisect.check.loading import AdapterNotFound, AdapterUnfit, OptionRefused
+    if isinstance(error, (AdapterNotFound, OptionRefused)) and not in_a_bisect():
+        return InputError(str(error))     # by hand an option the adapter does not take is the caller's mistake
+    if isinstance(error, (AdapterUnfit, AdapterNotFound)):
         return CannotRun(f"cannot run the checks here: {error}")
     return error
 

@@ -120,3 +120,37 @@ def test_an_import_error_keeps_its_cause_on_one_line(tmp_path):
     with pytest.raises(AdapterError, match="No module named weave") as e:
         load_adapter(f"{f}:make")
     assert "\n" not in str(e.value)
+
+
+def test_the_commands_defaults_reach_only_a_factory_that_takes_them(tmp_path):
+    """--episodes 64 and --kl-coef 0.1, never given, made a factory with no options unbuildable."""
+    f = tmp_path / "d.py"
+    f.write_text("from reference_trainer.adapter import make_adapter as _m\n"
+                 "def bare():\n    return _m()\n"
+                 "def some(episodes=8):\n    a = _m(episodes=episodes)\n    a.got = episodes\n    return a\n"
+                 "def kw(**cfg):\n    a = _m()\n    a.got = cfg\n    return a\n")
+    assert load_adapter(f"{f}:bare", defaults={"episodes": 64, "kl_coef": 0.1}) is not None
+    assert load_adapter(f"{f}:some", defaults={"episodes": 64, "kl_coef": 0.1}).got == 64
+    assert load_adapter(f"{f}:kw", defaults={"kl_coef": 0.1}).got == {"kl_coef": 0.1}
+
+
+def test_options_are_checked_before_anything_is_built(tmp_path):
+    """TinyAgent's factory checks its own options (check_options); one without the hook is judged
+    on its keywords alone, and never built here."""
+    from rlbisect.check.loading import DEFAULT_ADAPTER, OptionRefused, check_options
+    from reference_trainer.faults import BUGS
+    with pytest.raises(OptionRefused) as bad_bug:
+        check_options(DEFAULT_ADAPTER, bug="nope")
+    assert all(name in str(bad_bug.value) for name in BUGS)      # every name, none cut off
+    for options, said in (({"episodes": 3}, "--episodes 3: must be a multiple"),
+                          ({"foo": 1}, "unknown setting 'foo'"),
+                          ({"temperature": 0}, "invalid temperature: Input should be greater than 0"),
+                          ({"max_turns": 0}, "invalid max_turns")):
+        with pytest.raises(OptionRefused, match=said):
+            check_options("tinyagent", **options)
+    check_options(DEFAULT_ADAPTER, episodes=16, bug="sign_flip", temperature=0.7)
+    f = tmp_path / "own.py"
+    f.write_text("def make(episodes=64):\n    raise SystemExit('built')\n")
+    check_options(f"{f}:make", episodes=3, defaults={"kl_coef": 0.1})          # its own to judge when built
+    with pytest.raises(OptionRefused, match="does not accept option 'bug'"):
+        check_options(f"{f}:make", bug="nope")

@@ -207,3 +207,42 @@ def test_a_seed_no_generator_can_take_is_bad_input_not_every_check_failing(args)
     r = check(*args, "--no-runs", "--checks", "1")
     assert r.exit_code == 2 and "a seed must be from -2**63 to 2**64 - 1" in r.output, r.output
     assert r.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["--bug", ""], ["--bug", "nope"], ["--episodes", "3"], ["--adapter-opt", "foo=1"],
+                                  ["--adapter-opt", "temperature=abc"], ["--adapter-opt", "temperature=0"],
+                                  ["--adapter-opt", "max_turns=0"]])
+def test_a_usage_mistake_is_bad_input_by_hand_not_a_skip(args, tmp_path, monkeypatch):
+    """Each exited 125: under git bisect run, every commit skipped instead of the run stopping."""
+    monkeypatch.delenv("RLBISECT_PROBE", raising=False)
+    monkeypatch.chdir(tmp_path)                       # not in a git repository: no bisect here
+    r = check(*args, "--no-runs", "--checks", "1")
+    assert r.exit_code == 2 and "cannot run the checks here" not in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_an_unknown_fault_lists_every_name_and_is_a_skip_inside_a_bisect(tmp_path, monkeypatch):
+    from reference_trainer.faults import BUGS
+    monkeypatch.chdir(tmp_path)
+    r = check("--bug", "nope", "--no-runs", env={"RLBISECT_PROBE": "abc"})
+    assert r.exit_code == 125 and "cannot run the checks here" in r.output
+    named = r.output.split("choose from")[1].replace(",", " ").split()
+    assert [b for b in BUGS if b not in named] == []
+
+
+def test_options_nobody_gave_never_make_a_factory_unbuildable(tmp_path, monkeypatch):
+    """The default --episodes 64 and --kl-coef 0.1 (and probe seed 1) reached a factory with no
+    options and exited 125; one set by hand that the factory lacks is bad input (125 in a bisect)."""
+    monkeypatch.delenv("RLBISECT_PROBE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "own.py").write_text("from reference_trainer.adapter import ReferenceAdapter\n"
+                                     "def bare():\n    return ReferenceAdapter()\n"
+                                     "def nokl(episodes=64, seed=1, bug=None):\n"
+                                     "    return ReferenceAdapter(episodes=episodes, seed=seed, bug=bug)\n")
+    for spec in ("own.py:bare", "own.py:nokl"):
+        r = check("--adapter", spec, "--no-runs", "--checks", "1")
+        assert r.exit_code == 0, (spec, r.output)
+    r = check("--adapter", "own.py:nokl", "--kl-coef", "0", "--no-runs", "--checks", "1")
+    assert r.exit_code == 2 and "does not accept option 'kl_coef'" in r.output, r.output
+    r = check("--adapter", "own.py:nokl", "--kl-coef", "0", "--no-runs", env={"RLBISECT_PROBE": "abc"})
+    assert r.exit_code == 125 and "cannot run the checks here" in r.output, r.output
