@@ -66,6 +66,9 @@ def check_cmd(
     from rlbisect.tinyagent import first_use_note
     given_adapter(adapter)
     finite(kl_coef=kl_coef)       # an infinite KL weight gave NaN losses: five FAILs blamed on the trainer
+    if matrix and bug is not None:      # each row switches its own fault: --bug was silently dropped
+        raise InputError("--matrix checks every fault the adapter lists, one row each: leave out --bug "
+                         "(or drop --matrix to check that fault alone)")
     if (plot or jobs) and not matrix:
         raise InputError(f"{'--plot draws' if plot else '--jobs runs rows of'} the matrix: add --matrix")
     plot_out, spec = output_path(plot, "--plot", figure=True), adapter or DEFAULT_ADAPTER

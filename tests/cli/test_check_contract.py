@@ -246,3 +246,9 @@ def test_options_nobody_gave_never_make_a_factory_unbuildable(tmp_path, monkeypa
     assert r.exit_code == 2 and "does not accept option 'kl_coef'" in r.output, r.output
     r = check("--adapter", "own.py:nokl", "--kl-coef", "0", "--no-runs", env={"RLBISECT_PROBE": "abc"})
     assert r.exit_code == 125 and "cannot run the checks here" in r.output, r.output
+
+
+def test_matrix_with_a_bug_is_refused_not_silently_dropped():
+    r = check("--matrix", "--bug", "sign_flip", "--no-runs", "--checks", "8")
+    assert r.exit_code == 2 and "--matrix checks every fault the adapter lists" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
