@@ -42,6 +42,22 @@ def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return ((r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-6)).flatten()
 
 
+class PreparedShapeError(ValueError):
+    """prepare() returned a tensor of another shape than :class:`Prepared` declares. Said once, by
+    shape: left to the checks, each tripped on it inside rlbisect's own code with a message that
+    blamed the trainer for a broadcast it never did."""
+
+
+def _shaped(prep: Prepared, B: int, P: int) -> Prepared:
+    for name, want, what in (("mask", (B, P), "[B, P]: one per position of the sampler's record"),
+                             ("old_logp", (B, P), "[B, P]: one per position of the sampler's record"),
+                             ("advantages", (B,), "[B]: one per episode; per-token advantages are not supported")):
+        got = tuple(getattr(prep, name).shape)
+        if got != want:
+            raise PreparedShapeError(f"prepare() returned {name} of shape {list(got)}, expected {list(want)} ({what})")
+    return prep
+
+
 class CheckContext:
     """One probe batch and the trainer quantities the checks share, each computed once, on demand."""
 
@@ -88,7 +104,7 @@ class CheckContext:
 
     @cached_property
     def prep(self) -> Prepared:
-        return self.adapter.prepare(self.model, self.batch)
+        return _shaped(self.adapter.prepare(self.model, self.batch), *self.truth.owned.shape)
 
     @cached_property
     def trainer_logp(self) -> torch.Tensor:                    # [B, P], a clean recomputation

@@ -179,6 +179,9 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
 
 
 def _raised(name: str, error: Exception) -> CheckResult:
+    from rlbisect.check.context import PreparedShapeError
+    if isinstance(error, PreparedShapeError):     # not raised by the trainer: said as what is wrong
+        return CheckResult(name, float("nan"), False, detail=printable(str(error)))
     what = printable(describe(error))[:200]
     return CheckResult(name, float("nan"), False,
                        detail=f"raised {what} (in the adapter or the trainer code it calls)")

@@ -297,3 +297,21 @@ def test_a_nan_ratio_either_side_fails_check_3(which):
     adapter.backward = lambda *a: {**backward(*a), which: math.nan}
     r = sanity_checks(adapter, only=["ratio = 1 before any step"])["ratio = 1 before any step"]
     assert r.failed and math.isnan(r.value)
+
+
+def test_per_token_advantages_are_named_by_shape_not_blamed_on_the_trainer():
+    """[B, P] advantages tripped inside rlbisect's own check code: "raised RuntimeError ... (in the
+    adapter or the trainer code it calls)" on some checks, a silent mean of 8 tokens on check 4."""
+    from rlbisect.check import Prepared
+    adapter = make_adapter()
+    prepare = adapter.prepare
+
+    def per_token(model, batch):
+        p = prepare(model, batch)
+        return Prepared(p.mask, p.old_logp, p.advantages[:, None].expand_as(p.mask).contiguous())
+    adapter.prepare = per_token
+    res = sanity_checks(adapter, only=["group advantage mean = 0", "clip stops the gradient outside 1 +- eps"])
+    P = adapter.probe_batch()[1].owned.shape[1]
+    for r in res.values():
+        assert r.failed and r.detail.startswith(f"prepare() returned advantages of shape [64, {P}], expected [64]"), r
+        assert "trainer code it calls" not in r.detail
