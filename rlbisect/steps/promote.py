@@ -47,9 +47,13 @@ class Promoted:
 def caught_by(report: dict) -> tuple[list[str], str]:
     """The invariants that caught the regression in a bisect report -> (names, how they were found).
 
-    At the first bad commit's probe: the registered invariant names its `reason` quotes (the
-    invariants predicate writes "FAILED: name; name"); else the invariants whose value there
-    differs from their value at every good probe.
+    At the first bad commit's probe: the checks its evidence records as failed (the invariants
+    predicate's ``evidence.checks``); else the names its ``reason`` lists ("FAILED: name; name"),
+    each whole (a substring match took the step-0 "sampler = trainer log-prob" for the run-level
+    "sampler = trainer log-prob, every step"); else the invariants whose value there differs from
+    their value at every good probe. Failed checks the promoted test cannot run (the run-level
+    ones: it runs the step-0 invariants) are refused when they are all that failed: the test
+    would pass on the fault.
     """
     from rlbisect.check.invariants import INVARIANTS
     first = report.get("first_bad")
@@ -57,9 +61,23 @@ def caught_by(report: dict) -> tuple[list[str], str]:
     bad = next((p for p in probes if p.get("commit") == first and p.get("verdict") == "bad"), None)
     if not first or bad is None:
         raise PromoteError("the bisect report has no first bad commit with a bad probe")
-    quoted = [n for n in INVARIANTS if n in str(bad.get("reason", ""))]
-    if quoted:
-        return quoted, "named in the first bad probe's reason"
+    checks = (bad.get("evidence") or {}).get("checks") if isinstance(bad.get("evidence"), dict) else None
+    reason = str(bad.get("reason", ""))
+    if isinstance(checks, dict):
+        failed = [n for n, c in checks.items() if isinstance(c, dict) and c.get("passed") is False]
+        how = "failed at the first bad commit (its probe's evidence)"
+    else:
+        failed = [n.strip() for n in reason.partition("FAILED:")[2].split(";") if n.strip()] \
+            if reason.startswith("FAILED:") else []
+        how = "named in the first bad probe's reason"
+    if failed:
+        usable = [n for n in failed if n in INVARIANTS]
+        if not usable:
+            raise PromoteError(f"the checks that caught the regression ({'; '.join(failed)}) are not step-0 "
+                               "invariants the promoted test can run, so it would pass on the fault; give "
+                               "--invariant NAME to assert one that fails there, or promote without --report")
+        return usable, how + ("" if usable == failed else
+                              f"; not asserted, the test cannot run them: {'; '.join(n for n in failed if n not in usable)}")
     values = {k: v for k, v in (bad.get("values") or {}).items() if k in INVARIANTS}
     goods = [p.get("values") or {} for p in probes if p.get("verdict") == "good"]
 
@@ -183,10 +201,12 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
             raise PromoteError(f"--report {report}: {e}".splitlines()[0]) from None
         if not isinstance(doc, dict):
             raise PromoteError(f"--report {report}: not a bisect report (a JSON object)")
-        found, how = caught_by(doc)
         if invariants:
+            if not isinstance(doc.get("first_bad"), str):
+                raise PromoteError("the bisect report has no first bad commit with a bad probe")
             notes.append(f"invariants: {', '.join(invariants)} (as given)")
         else:
+            found, how = caught_by(doc)
             invariants = found
             notes.append(f"invariants: {', '.join(found) or 'none found'} ({how})")
         note = (f"The bisect in {Path(report).name} found {doc['first_bad'][:12]} as the first bad commit;\n"

@@ -197,3 +197,24 @@ def test_the_promoted_test_finds_its_files_from_any_folder(snapshot, tmp_path):
         ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
                              cwd=where, capture_output=True, text=True, timeout=300)
         assert ran.returncode == 0, (where, ran.stdout + ran.stderr)
+
+
+RUN_LEVEL = "sampler = trainer log-prob, every step"
+
+
+def test_caught_by_takes_the_checks_that_failed_not_a_name_inside_another(tmp_path):
+    """A run-level check's name holds a step-0 one's: the substring match recorded the step-0
+    check, whose value had not moved, and the promoted test passed on the fault."""
+    def doc(**kw):
+        return json.loads(bisect_report(tmp_path / "r.json", **kw).read_text())
+    evidence = {"checks": {"sampler = trainer log-prob": {"value": 1e-6, "passed": True},
+                           RUN_LEVEL: {"value": 1.2, "passed": False}, DIRECTION: {"value": -0.5, "passed": False}}}
+    names, how = caught_by(doc(reason=f"FAILED: {RUN_LEVEL}; {DIRECTION}", evidence=evidence))
+    assert names == [DIRECTION] and "evidence" in how and RUN_LEVEL in how
+    names, _ = caught_by(doc(reason=f"FAILED: {RUN_LEVEL}; {DIRECTION}"))      # no evidence: the reason, whole names
+    assert names == [DIRECTION]
+    only_run_level = {"checks": {"sampler = trainer log-prob": {"value": 1e-6, "passed": True},
+                                 RUN_LEVEL: {"value": 1.2, "passed": False}}}
+    for bad in (dict(reason=f"FAILED: {RUN_LEVEL}", evidence=only_run_level), dict(reason=f"FAILED: {RUN_LEVEL}")):
+        with pytest.raises(PromoteError, match="would pass on the fault"):
+            caught_by(doc(**bad))
