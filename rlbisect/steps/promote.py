@@ -3,14 +3,16 @@
     promote("snapshots/step-000005.pt", "tests/regressions", report="bisect.json")
 
 writes `tests/regressions/test_replay_step_000005.py`, its data `test_replay_step_000005.json` and
-`tests/regressions/snapshots/step-000005.pt`. The test replays the step with whatever trainer code is
+`tests/regressions/snapshots/step-000005.pt`, each named after the snapshot file (`step-000005-1.pt`,
+a step number saved twice, gives `test_replay_step_000005_1.py` beside it). The test replays the step with whatever trainer code is
 importable when pytest runs and asserts the recorded update statistics (bit for bit unless a
 tolerance is given) and the post-update parameters; with a bisect report it also asserts that the
 invariants which caught the regression pass (:func:`check_replay`, :func:`check_invariants`).
 
 Data stays data: everything read from the snapshot or the report goes into the JSON file, written by
-a serializer; the Python file is a fixed text in which only the step number (an integer) varies, so
-nothing in a snapshot can become code. The test finds its files relative to itself.
+a serializer; the Python file is a fixed text in which only the step number (an integer) and the
+snapshot file's name, reduced to letters, digits and underscores, vary, so nothing in a snapshot
+can become code. The test finds its files relative to itself.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -104,7 +107,7 @@ HERE = Path(__file__).parent
 DATA = json.loads((HERE / "{data}").read_text())
 
 
-def test_replay_step_{step:06d}():
+def test_replay_{name}():
     check_replay(HERE, DATA)
 '''
 #: appended when a bisect report named the invariants that caught the regression
@@ -175,6 +178,8 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
     if to.exists() and not to.is_dir():
         raise PromoteError(f"--to {to}: is a file; give the folder the test goes in")
     snap = load_snapshot(src)  # SnapshotError: refused before anything is written
+    if snap.step < 0:       # only a forged file has one; it made a test that does not compile
+        raise PromoteError(f"{src}: step {snap.step} is negative: not a step a trainer saved")
     replayer = None
     if adapter is not None:     # the replaying code comes from the command line
         from rlbisect.check.adapter import Offers, load_adapter
@@ -219,8 +224,11 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
         _invariants_hold(invariants, adapter, adapter_opts)
     if snap.config.get("bug"):
         notes.append(f"recorded with fault {snap.config['bug']!r}: the test replays it with that fault")
-    name = f"step-{snap.step:06d}.pt"
-    stem = f"test_replay_step_{snap.step:06d}"
+    # named after the file, not the step number: a loop that counts steps per epoch saves step 1
+    # twice (step-000001.pt, step-000001-1.pt), and both must be kept, neither replaced
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", src.stem) + ".pt"
+    ident = re.sub(r"[^A-Za-z0-9]", "_", src.stem)      # becomes the test's function name: nothing else
+    stem = f"test_replay_{ident}"
     test_path, data_path, snap_path = to / f"{stem}.py", to / f"{stem}.json", to / "snapshots" / name
     if not force and (existing := [str(p) for p in (test_path, data_path, snap_path) if p.exists()]):
         raise PromoteError(f"{' and '.join(existing)} already exist(s); use --force to overwrite")
@@ -231,7 +239,7 @@ def promote(snapshot: str | os.PathLike, to: str | os.PathLike, report: str | os
         _write(snap_path, src.read_bytes())
         load_snapshot(snap_path)  # the copy is what the test will read: it must be intact
         _write(data_path, (json.dumps(data, indent=1) + "\n").encode())
-        text = TEST.format(step=snap.step, data=data_path.name) + (TEST_INVARIANTS if invariants else "")
+        text = TEST.format(step=snap.step, data=data_path.name, name=ident) + (TEST_INVARIANTS if invariants else "")
         _write(test_path, text.encode())
     except OSError as e:
         raise PromoteError(f"--to {to}: {e.strerror or e}") from None

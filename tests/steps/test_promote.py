@@ -218,3 +218,30 @@ def test_caught_by_takes_the_checks_that_failed_not_a_name_inside_another(tmp_pa
     for bad in (dict(reason=f"FAILED: {RUN_LEVEL}", evidence=only_run_level), dict(reason=f"FAILED: {RUN_LEVEL}")):
         with pytest.raises(PromoteError, match="would pass on the fault"):
             caught_by(doc(**bad))
+
+
+def test_two_snapshots_of_one_step_number_are_kept_side_by_side(snapshot, tmp_path):
+    """A loop counting steps per epoch saves step-000000.pt and step-000000-1.pt: the second was
+    refused, and --force replaced the first test and its snapshot."""
+    again = tmp_path / "step-000000-1.pt"
+    shutil.copyfile(snapshot, again)
+    tests = tmp_path / "t"
+    for path in (snapshot, again):
+        res = cli("promote", str(path), "--to", str(tests))
+        assert res.exit_code == 0, res.output
+    assert (tests / "snapshots" / "step-000000.pt").read_bytes() == snapshot.read_bytes()
+    assert (tests / "snapshots" / "step-000000-1.pt").read_bytes() == again.read_bytes()
+    second = (tests / "test_replay_step_000000_1.py").read_text()
+    assert "def test_replay_step_000000_1():" in second and "test_replay_step_000000_1.json" in second
+    assert json.loads((tests / "test_replay_step_000000_1.json").read_text())["snapshot"] == "snapshots/step-000000-1.pt"
+    assert "def test_replay_step_000000():" in (tests / "test_replay_step_000000.py").read_text()
+
+
+def test_a_negative_step_is_refused_not_written_as_a_test_that_does_not_compile(snapshot, tmp_path):
+    snap = load_snapshot(snapshot)
+    snap.step = -1
+    (tmp_path / "forged").mkdir()
+    path = save_snapshot(tmp_path / "forged" / "step-000000.pt", snap)
+    res = cli("promote", str(path), "--to", str(tmp_path / "t"))
+    assert res.exit_code == 2 and "step -1 is negative" in res.output, res.output
+    assert not (tmp_path / "t").exists() or not list((tmp_path / "t").rglob("*.py"))
