@@ -180,8 +180,8 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
 
 def _raised(name: str, error: Exception) -> CheckResult:
     from rlbisect.check.context import PreparedShapeError
-    if isinstance(error, PreparedShapeError):     # not raised by the trainer: said as what is wrong
-        return CheckResult(name, float("nan"), False, detail=printable(str(error)))
+    if isinstance(error, PreparedShapeError):     # the adapter's output does not fit the checks: no verdict
+        return CheckResult(name, float("nan"), None, na=printable(str(error)))
     what = printable(describe(error))[:200]
     return CheckResult(name, float("nan"), False,
                        detail=f"raised {what} (in the adapter or the trainer code it calls)")

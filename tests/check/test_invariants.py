@@ -301,7 +301,8 @@ def test_a_nan_ratio_either_side_fails_check_3(which):
 
 def test_per_token_advantages_are_named_by_shape_not_blamed_on_the_trainer():
     """[B, P] advantages tripped inside rlbisect's own check code: "raised RuntimeError ... (in the
-    adapter or the trainer code it calls)" on some checks, a silent mean of 8 tokens on check 4."""
+    adapter or the trainer code it calls)" on some checks, a silent mean of 8 tokens on check 4.
+    Per-token advantages are a design (PPO with GAE), not a fault: the checks that read them are n/a."""
     from rlbisect.check import Prepared
     adapter = make_adapter()
     prepare = adapter.prepare
@@ -313,5 +314,4 @@ def test_per_token_advantages_are_named_by_shape_not_blamed_on_the_trainer():
     res = sanity_checks(adapter, only=["group advantage mean = 0", "clip stops the gradient outside 1 +- eps"])
     P = adapter.probe_batch()[1].owned.shape[1]
     for r in res.values():
-        assert r.failed and r.detail.startswith(f"prepare() returned advantages of shape [64, {P}], expected [64]"), r
-        assert "trainer code it calls" not in r.detail
+        assert r.passed is None and r.na.startswith(f"prepare() returned advantages of shape [64, {P}], expected [64]"), r
