@@ -82,6 +82,9 @@ def dashboard(runs: dict[str, list[dict]], path: str | Path, metrics: tuple[str,
                 if rows and not (run_name == name == healthy and color == FAULTY):
                     ax.plot([r["step"] for r in rows], [r[key] for r in rows], color=color, lw=1.6,
                             marker="o" if len(rows) < 4 else None, ms=3, label=run_name)
+                elif key == "reward":   # a reward logged as null or a string: said where it would be
+                    ax.text(0.5, 0.9 if color == HEALTHY else 0.8, f"{run_name}: no number logged", color=color,
+                            transform=ax.transAxes, ha="center", fontsize=7)
             positive = [r[key] for rr in runs.values() for r in rr if key in r and r[key] > 0]
             if key in METRICS and METRICS[key].group == "consistency" and positive and \
                     max(positive) / max(min(positive), 1e-30) > 1e3:

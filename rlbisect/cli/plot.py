@@ -19,4 +19,8 @@ def plot_cmd(
     """
     from rlbisect.plots import dashboard, load_runs, panels
     png, chosen = output_path(out, "--out", figure=True), panels(metrics)
-    typer.echo(f"wrote {dashboard(load_runs(runs), png, chosen)}")
+    loaded = load_runs(runs)
+    for name, rows in loaded.items():   # null or a string where the reward goes: nothing to draw
+        if not any("reward" in r for r in rows):
+            typer.echo(f"rlbisect plot: {name}: no reward is a number (null or text): its reward is not drawn", err=True)
+    typer.echo(f"wrote {dashboard(loaded, png, chosen)}")

@@ -207,3 +207,12 @@ def test_the_cli_imports_torch_only_for_commands_that_need_it():
 def test_check_jobs_needs_the_matrix():
     r = run_main("check", "--jobs", "2")
     assert r.returncode == 2 and "--jobs runs rows of the matrix: add --matrix" in r.stderr
+
+
+def test_plot_says_when_a_runs_reward_is_no_number(tmp_path):
+    """A reward logged as null or text was drawn as nothing, with exit 0 and no word."""
+    good, odd = tmp_path / "good.jsonl", tmp_path / "odd.jsonl"
+    good.write_text('{"step": 0, "reward": 0.1}\n{"step": 1, "reward": 0.2}\n')
+    odd.write_text('{"step": 0, "reward": null}\n{"step": 1, "reward": "n/a"}\n')
+    r = runner.invoke(app, ["plot", str(good), str(odd), "--out", str(tmp_path / "d.png")])
+    assert r.exit_code == 0 and "odd: no reward is a number" in r.output and "good:" not in r.output, r.output
