@@ -94,7 +94,8 @@ def check_cmd(
                 **(seeded if seed_given else {}), **opts}
     defer_dynamo()        # the checks never compile: see rlbisect._proc.startup
     try:                  # before any work or word: a mistyped option is one line
-        check_options(spec, bug=bug, **factory_options(seeds[0]))
+        with stdout_to_stderr(as_json):     # it imports the adapter's file: its prints must not break the JSON
+            check_options(spec, bug=bug, **factory_options(seeds[0]))
     except RlbisectError as e:
         raise adapter_failure(spec, e) from None
 
