@@ -21,6 +21,7 @@ def compare_cmd(
     alpha: float = typer.Option(0.05, "--alpha", min=1e-6, max=0.5, help="false-alarm rate over all metrics"),
     json_path: str = typer.Option(None, "--json", help="write the judgement as JSON to this file"),
     plot: str = typer.Option(None, "--plot", help="PNG: each side's per-run scores for the metrics that moved"),
+    paired: bool = typer.Option(False, "--paired", help="the n-th run of each side ran the same seed: also read each metric seed by seed"),
 ) -> None:
     """Judge runs you already have against GOOD's seed spread, as the short-run predicate does:
     every metric both sides log (or --metric), the false-alarm rate held at --alpha over all of
@@ -40,7 +41,7 @@ def compare_cmd(
         raise InputError(f"--direction {direction}: choose lower, higher or change")
     result = compare(good, other, metric=metric, direction=cast("Direction | None", direction), window=window,
                      metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
-                     metric_map=parse_metric_map(metric_map or []), alpha=alpha)
+                     metric_map=parse_metric_map(metric_map or []), alpha=alpha, paired=paired)
     typer.echo(result.table())
     typer.echo(result.verdict_line())
     if outputs["--json"]:

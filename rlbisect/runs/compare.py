@@ -111,10 +111,15 @@ def split_runs(args: list[str]) -> tuple[list[str], list[str]]:
 
 def compare(good: list[str], runs: list[str], *, metric: str | None = None,
             metrics: list[str] | None = None, direction: Direction | None = None, window: int = 4,
-            metric_map: dict[str, str] | None = None, alpha: float = 0.05) -> Comparison:
-    """Judge ``runs`` against GOOD's seed spread (see the module docstring)."""
+            metric_map: dict[str, str] | None = None, alpha: float = 0.05, paired: bool = False) -> Comparison:
+    """Judge ``runs`` against GOOD's seed spread (see the module docstring). ``paired``: the n-th
+    file of each side ran the same seed, so each metric is also read seed by seed, as the short-run
+    predicate reads its matched seeds."""
     if direction and not metric:
         raise InputError("--direction needs --metric: the dashboard counts a change either way")
+    if paired and len(good) != len(runs):
+        raise InputError(f"--paired: {len(good)} GOOD runs and {len(runs)} others; give the same seeds, "
+                         "in the same order, on both sides")
     read = {f: rename(read_rows(f), metric_map or {}) for f in [*good, *runs]}
     empty = [f for f, rows in read.items() if not rows]
     if empty:
@@ -123,7 +128,7 @@ def compare(good: list[str], runs: list[str], *, metric: str | None = None,
         # as the short-run predicate: any change at all would be "infinite spreads"
         raise InputError(f"GOOD's {len(good)} runs logged the same numbers (bookkeeping aside): there is no "
                          "seed spread to judge against (were they trained on different seeds?)")
-    rule = Rule(alpha=alpha, k0=2, max_seeds=2)   # one look: every run is already there
+    rule = Rule(alpha=alpha, k0=2, max_seeds=2, paired=paired)   # one look: every run is already there
     j = judge({i: read[f] for i, f in enumerate(good)}, {i: read[f] for i, f in enumerate(runs)}, rule,
               Question(metric, metrics, direction, window))
     if j.absent:

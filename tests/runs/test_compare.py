@@ -229,3 +229,18 @@ def test_json_or_plot_naming_an_input_run_is_refused_before_it_is_overwritten(tm
     r = runner.invoke(app, ["compare", *good, "--vs", *new, "--json", new[1]])
     assert r.exit_code == 2 and "is an input" in r.output, r.output
     assert Path(new[1]).read_text() == before
+
+
+def test_paired_runs_are_read_seed_by_seed(tmp_path):
+    """Matched seeds of a deterministic trainer, every seed's reward lower by the same 0.6 spreads:
+    unpaired, the seed spread hides it; --paired, it moved."""
+    base = [0.51372052839, 0.47105831574, 0.54122681937]
+    good = _rows(tmp_path / "g", "g", [repr(b) for b in base])
+    new = _rows(tmp_path / "n", "n", [repr(b - 0.02) for b in base])
+    assert compare(good, new).verdict != "bad"
+    moved = compare(good, new, paired=True)
+    assert moved.verdict == "bad" and moved.decision.tests[0].by_seed
+    with pytest.raises(InputError, match="--paired: 3 GOOD runs and 2 others"):
+        compare(good, new[:2], paired=True)
+    r = runner.invoke(app, ["compare", *good, "--vs", *new, "--paired"])
+    assert r.exit_code == 1 and "reward" in r.output
