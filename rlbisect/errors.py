@@ -119,6 +119,12 @@ class CannotRun(RlbisectError):
     exit_code = ExitCode.CANNOT_RUN
 
 
+class TrainingFailed(RlbisectError):
+    """The trainer raised in the middle of a run (exit 1, a finding, as the trainer's own exit
+    would be): the message says at which step, what the detectors saw before it and where the
+    rows and the failing step's state were kept."""
+
+
 class GitError(RlbisectError):
     """A git command failed where it should not have (exit 1)."""
 

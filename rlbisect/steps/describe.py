@@ -17,9 +17,6 @@ def describe(snap: Snapshot) -> dict[str, Any]:
     def shapes(prefix: str, d: dict[str, torch.Tensor]) -> dict[str, str]:
         return {f"{prefix}{k}": f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
                 for k, t in d.items()}
-    rng = {"rng/torch": snap.rng.torch} if snap.rng.torch is not None else {}
-    if snap.rng.numpy is not None:
-        rng["rng/numpy"] = torch.from_numpy(snap.rng.numpy[1].astype("int64"))
     batch: dict[str, torch.Tensor] = {}
     encode_tree(snap.batch, batch, "batch")   # the batch's tensors under their names on disk
     frozen = {f"{n}/{k}": t for n, state in snap.frozen.items() for k, t in state.items()}
@@ -33,8 +30,8 @@ def describe(snap: Snapshot) -> dict[str, Any]:
         "held_grad_norm": None if not snap.grads else
         float(sum(g.double().pow(2).sum() for g in snap.grads.values()) ** 0.5),
         "tensors": {**shapes("", batch), **shapes("model/", snap.model),
-                    **shapes("", optimizer_tensors(snap.optimizer)), **shapes("", rng),
-                    **shapes("rng/gen/", snap.rng.generators), **shapes("frozen/", frozen),
+                    **shapes("", optimizer_tensors(snap.optimizer)), **shapes("", snap.rng.tensors()),
+                    **shapes("frozen/", frozen),
                     **shapes("post/", snap.post_update or {}), **shapes("grad/", snap.grads or {})},
     }
 

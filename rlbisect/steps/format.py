@@ -58,6 +58,14 @@ class RngState:
     python: tuple | None = None  # random.getstate()
     numpy: tuple | None = None   # numpy.random.get_state(): ("MT19937", keys, pos, has_gauss, cached)
 
+    def tensors(self) -> dict[str, Tensor]:
+        """The generators' states as the file stores them (numpy's keys only: the rest is metadata)."""
+        out = {} if self.torch is None else {"rng/torch": self.torch}
+        out.update({f"rng/gen/{k}": v for k, v in self.generators.items()})
+        if self.numpy is not None:
+            out["rng/numpy"] = torch.from_numpy(self.numpy[1].astype("int64"))
+        return out
+
 
 @dataclass
 class Snapshot:
@@ -115,11 +123,7 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     tensors.update({f"model/{k}": v for k, v in snap.model.items()})
     if plain_batch:
         tensors.update({f"batch/{k}": v for k, v in snap.batch.items()})
-    if snap.rng.torch is not None:
-        tensors["rng/torch"] = snap.rng.torch
-    tensors.update({f"rng/gen/{k}": v for k, v in snap.rng.generators.items()})
-    if snap.rng.numpy is not None:
-        tensors["rng/numpy"] = torch.from_numpy(snap.rng.numpy[1].astype("int64"))
+    tensors.update(snap.rng.tensors())
     for name, state in snap.frozen.items():
         _check_module_name(name)
         tensors.update({f"frozen/{name}/{k}": v for k, v in state.items()})

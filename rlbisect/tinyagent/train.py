@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -115,12 +114,23 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
     try:
         run(cfg, s.steps, s.bug, s.eval_every, row_done, hook)
     except Exception as e:
-        if (saved := hook.step_failed(e)) is not None and sys.version_info >= (3, 11):   # add_note: 3.11+
-            e.add_note(f"rlbisect: the failing step's state is saved in {saved} "
-                       "(rlbisect replay it)")
-        raise
+        raise failed(e, hook.step_failed(e), result, s.out) from e
     finally:
         if sink:
             sink.close()
         result.snapshots = hook.kept()
     return result
+
+
+def failed(error: Exception, saved: Path | None, so_far: TrainResult, out: Path | None) -> Exception:
+    """A trainer's exception as one line a user can act on (a diverged run ends in the sampler's
+    "probability tensor contains nan", whose cause is the detectors' first hit, steps earlier)."""
+    from rlbisect.errors import TrainingFailed, describe
+    words = [f"the trainer raised at step {len(so_far.rows)}: {describe(error)}"]
+    if first := next((h for h in so_far.hits if h.detector != "raised"), None):
+        words.append(f"first detector hit: {first.detector} at step {first.step} ({first.message})")
+    if saved is not None:
+        words.append(f"the failing step's state is saved in {saved} (rlbisect replay it)")
+    if out is not None:
+        words.append(f"the rows before it are in {out}")
+    return TrainingFailed("; ".join(words))

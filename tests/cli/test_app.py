@@ -186,13 +186,19 @@ def test_a_training_step_that_raises_is_saved_and_replays_bit_for_bit(tmp_path):
     step after it, the NaN row is saved by the detectors before the next step's sampling raises."""
     from rlbisect.steps.format import load_snapshot
     r = runner.invoke(app, ["train", "--bug", "adv_no_eps", "--steps", "1", "--snapshot-dir", str(tmp_path / "a")])
-    assert isinstance(r.exception, RuntimeError) and "saved in" in "".join(getattr(r.exception, "__notes__", []))
+    # one line, not the trainer's traceback: the step, the error, the state kept
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert ("the trainer raised at step 0: RuntimeError: probability tensor contains" in r.output
+            and f"saved in {tmp_path / 'a' / 'step-000000.pt'} (rlbisect replay it)" in r.output)
     snap = load_snapshot(tmp_path / "a" / "step-000000.pt")
     assert [h.detector for h in snap.hits] == ["raised"] and "probability tensor" in snap.hits[0].message
     replay = runner.invoke(app, ["replay", str(tmp_path / "a" / "step-000000.pt")])
     assert replay.exit_code == 0 and "post-update sha256 identical" in replay.output
-    r = runner.invoke(app, ["train", "--bug", "adv_no_eps", "--steps", "2", "--snapshot-dir", str(tmp_path / "b")])
-    assert isinstance(r.exception, RuntimeError) and "detector nonfinite fired at step 0" in r.output
+    r = runner.invoke(app, ["train", "--bug", "adv_no_eps", "--steps", "2", "--snapshot-dir", str(tmp_path / "b"),
+                            "--out", str(tmp_path / "b.jsonl")])
+    assert r.exit_code == 1 and "detector nonfinite fired at step 0" in r.output
+    assert ("the trainer raised at step 1" in r.output and "first detector hit: nonfinite at step 0" in r.output
+            and f"the rows before it are in {tmp_path / 'b.jsonl'}" in r.output)
     assert {h.detector for h in load_snapshot(tmp_path / "b" / "step-000000.pt").hits} == {"nonfinite"}
 
 
