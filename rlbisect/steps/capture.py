@@ -38,9 +38,11 @@ def plain_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def capture_rng(generators: dict[str, torch.Generator] | None = None) -> RngState:
-    # numpy's global generator too: an update that draws from np.random replays only with it
+    # numpy's global generator too: an update that draws from np.random replays only with it; CUDA's
+    # (dropout on a GPU) only once CUDA is in use, since asking would initialise it
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     return RngState(torch.get_rng_state(), {n: g.get_state() for n, g in (generators or {}).items()},
-                    random.getstate(), cast(tuple, np.random.get_state(legacy=True)))
+                    random.getstate(), cast(tuple, np.random.get_state(legacy=True)), cuda)
 
 
 def copy_tensors(obj: Any) -> Any:

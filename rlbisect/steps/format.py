@@ -4,8 +4,9 @@ File format (`step-NNNNNN.pt` by convention; the content is a plain safetensors 
 
 * tensors, namespaced: `model/<param>`, `optim/<path>` (each tensor of the optimizer state_dict,
   e.g. `optim/state/0/exp_avg`), `batch/<key>` (`batch/<path>` in a batch that also holds None,
-  numbers or nested containers, its structure in the metadata), `rng/torch` (global CPU RNG), `rng/gen/<name>`,
-  `rng/numpy` (numpy's global generator's keys; its position in the metadata),
+  numbers or nested containers, its structure in the metadata), `rng/torch` (global CPU RNG),
+  `rng/gen/<name>`, `rng/numpy` (numpy's global generator's keys; its position in the metadata),
+  `rng/cuda/<i>` (each CUDA device's generator, when the loop had CUDA in use),
   optionally `frozen/<module>/<param>` (modules the update reads but never changes, such as a KL
   reference), `post/<param>` (the model after the update, so a replay can measure how far its
   update lands from the recorded one) and `grad/<param>` (gradients the parameters held before
@@ -46,7 +47,7 @@ from rlbisect.steps.trees import decode_tree, encode_tree
 from rlbisect.steps.spikes import Hit
 
 FORMAT = "rlbisect-snapshot"
-FORMAT_VERSION = 2   # 2: numpy's generator (rng/numpy); 1 still loads
+FORMAT_VERSION = 3   # 2: numpy's generator (rng/numpy); 3: CUDA's (rng/cuda/<i>); older ones load
 class SnapshotError(InputError):
     """A file that is not a loadable snapshot (corrupt, truncated, foreign, hostile, missing)."""
 
@@ -57,6 +58,7 @@ class RngState:
     generators: dict[str, Tensor] = field(default_factory=dict)  # name -> Generator.get_state()
     python: tuple | None = None  # random.getstate()
     numpy: tuple | None = None   # numpy.random.get_state(): ("MT19937", keys, pos, has_gauss, cached)
+    cuda: list[Tensor] = field(default_factory=list)   # torch.cuda.get_rng_state_all(), if CUDA was in use
 
     def tensors(self) -> dict[str, Tensor]:
         """The generators' states as the file stores them (numpy's keys only: the rest is metadata)."""
@@ -64,6 +66,7 @@ class RngState:
         out.update({f"rng/gen/{k}": v for k, v in self.generators.items()})
         if self.numpy is not None:
             out["rng/numpy"] = torch.from_numpy(self.numpy[1].astype("int64"))
+        out.update({f"rng/cuda/{i}": t for i, t in enumerate(self.cuda)})
         return out
 
 
@@ -115,8 +118,7 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     try:
         optim = None if snap.optimizer is None else encode_tree(snap.optimizer, tensors)
         sched = None if snap.scheduler is None else encode_tree(snap.scheduler, tensors, "sched")
-        # a batch of tensors keeps the flat layout; one holding None masks, counts or nested
-        # containers is stored as a tree
+        # a batch of tensors keeps the flat layout; one holding None masks, counts or nests, a tree
         batch_tree = None if plain_batch else encode_tree(snap.batch, tensors, "batch")
     except ValueError as e:
         raise SnapshotError(str(e)) from None
@@ -131,8 +133,8 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
     tensors.update({f"grad/{k}": v for k, v in (snap.grads or {}).items()})
     tensors = {k: _cpu(v, seen) for k, v in tensors.items()}
     header = {
-        # a file with numpy's state is a version 2 file: an rlbisect before it says "upgrade", not "unexpected"
-        "format": FORMAT, "format_version": max(snap.format_version, 2 if snap.rng.numpy is not None else 1),
+        # the oldest version that holds what is saved: an rlbisect before it says "upgrade", not "unexpected"
+        "format": FORMAT, "format_version": 3 if snap.rng.cuda else 2 if snap.rng.numpy is not None else 1,
         "step": snap.step,
         "created": snap.created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "torch_version": snap.torch_version, "num_threads": snap.num_threads,
@@ -147,7 +149,8 @@ def save_snapshot(path: str | os.PathLike, snap: Snapshot) -> Path:
         "grad_keys": None if snap.grads is None else list(snap.grads),
         "rng": {"torch": snap.rng.torch is not None, "generators": list(snap.rng.generators),
                 "python": snap.rng.python,
-                "numpy": None if snap.rng.numpy is None else [snap.rng.numpy[0], *snap.rng.numpy[2:]]},
+                "numpy": None if snap.rng.numpy is None else [snap.rng.numpy[0], *snap.rng.numpy[2:]],
+                "cuda": len(snap.rng.cuda)},
     }
     try:
         meta_json = json.dumps(header)
@@ -178,6 +181,7 @@ class _Rng(BaseModel):
     generators: list[str]
     python: tuple[int, tuple[int, ...], float | None] | None
     numpy: tuple[Literal["MT19937"], int, int, float] | None = None   # absent in files from before
+    cuda: int = 0                                                     # CUDA devices' states, rng/cuda/<i>
 
 
 class _Header(BaseModel):
@@ -209,25 +213,24 @@ class _Header(BaseModel):
     post_optimizer_sha256: str | None = None
 
 
+def _short(msg: str) -> str:   # a refusal is one line (SnapshotError collapses its whitespace)
+    return msg if len(msg) <= 300 else msg[:297] + "..."
+
+
 def load_snapshot(path: str | os.PathLike) -> Snapshot:
     """Read and validate a snapshot; `SnapshotError` with a one-line reason for anything refused."""
     path = Path(path)
     try:
         return _load(path)
     except (SnapshotError, IntegrityError) as e:
-        raise SnapshotError(_one_line(f"{path}: {e}")) from None
+        raise SnapshotError(_short(f"{path}: {e}")) from None
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         msg = f"{path}: invalid snapshot metadata at {where}: {err['msg']}"
-        raise SnapshotError(_one_line(msg)) from None
+        raise SnapshotError(_short(msg)) from None
     except Exception as e:  # noqa: BLE001 - every refusal must be one SnapshotError, never a traceback
-        raise SnapshotError(_one_line(f"{path}: not a valid snapshot ({type(e).__name__}: {e})")) from None
-
-
-def _one_line(msg: str) -> str:
-    msg = " ".join(msg.split())
-    return msg if len(msg) <= 300 else msg[:297] + "..."
+        raise SnapshotError(_short(f"{path}: not a valid snapshot ({type(e).__name__}: {e})")) from None
 
 
 def _load(path: Path) -> Snapshot:
@@ -274,7 +277,8 @@ def _load(path: Path) -> Snapshot:
     rng = RngState(take("rng/torch") if head.rng.torch else None,
                    {k: take(f"rng/gen/{k}") for k in head.rng.generators}, head.rng.python,
                    None if head.rng.numpy is None else (head.rng.numpy[0], take("rng/numpy").numpy().astype("uint32"),
-                                                        *head.rng.numpy[1:]))
+                                                        *head.rng.numpy[1:]),
+                   [take(f"rng/cuda/{i}") for i in range(head.rng.cuda)])
     if extra := set(tensors) - used:
         raise SnapshotError(f"unexpected tensors {sorted(extra)[:3]}")
     for state in [rng.torch, *rng.generators.values()]:
@@ -284,6 +288,8 @@ def _load(path: Path) -> Snapshot:
         random.Random().setstate(rng.python)
     if rng.numpy is not None:
         np.random.RandomState().set_state(rng.numpy)
+    if any(t.dtype != torch.uint8 or t.dim() != 1 for t in rng.cuda):   # a CUDA state is bytes, checked on set
+        raise SnapshotError("a CUDA generator state is not a 1-D byte tensor")
     return Snapshot(
         step=head.step, model=model, optimizer=optim, batch=batch, rng=rng, config=head.config,
         stats=head.stats, hits=[Hit.from_dict(h) for h in head.hits], code=CodeIdentity(**vars(head.code)),

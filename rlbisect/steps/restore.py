@@ -46,7 +46,7 @@ def restore_scheduler(snap: Snapshot, scheduler: Any) -> None:
 
 
 def restore_rng(snap: Snapshot, generators: dict[str, torch.Generator] | None = None) -> None:
-    """Set the global torch RNG, Python `random`, numpy's global generator and each named generator
+    """Set the global torch RNG, CUDA's, Python `random`, numpy's global generator and each named generator
     (names must match)."""
     generators = generators or {}
     if set(generators) != set(snap.rng.generators):
@@ -60,6 +60,11 @@ def restore_rng(snap: Snapshot, generators: dict[str, torch.Generator] | None = 
         random.setstate(snap.rng.python)
     if snap.rng.numpy is not None:
         np.random.set_state(snap.rng.numpy)
+    if snap.rng.cuda and torch.cuda.is_available():   # without CUDA the replay draws nothing from it
+        if torch.cuda.device_count() < len(snap.rng.cuda):
+            raise ValueError(f"the step ran on {len(snap.rng.cuda)} CUDA devices; this machine has "
+                             f"{torch.cuda.device_count()}")
+        torch.cuda.set_rng_state_all([t.clone() for t in snap.rng.cuda])
 
 
 def restore(snap: Snapshot, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,

@@ -81,7 +81,7 @@ def test_round_trip_is_bit_exact(snap, saved):
     assert [h.to_dict().__repr__() for h in got.hits] == [h.to_dict().__repr__() for h in snap.hits]
     assert all(r.ok for r in compare_stats(snap.stats, got.stats))
     assert got.torch_version == torch.__version__ and got.num_threads == torch.get_num_threads()
-    assert got.format_version == 2 and got.created     # 2: numpy's generator is in it
+    assert got.format_version == 2 and got.created     # 2: numpy's generator is in it (no CUDA: not 3)
 
 
 def test_restore_continues_training_exactly(tmp_path):
@@ -348,6 +348,30 @@ def test_file_without_frozen_or_post_fields_still_loads(saved):
     _rehash(saved, lambda m, t: [m["rng"].pop("numpy"), t.pop("rng/numpy"), m.update(format_version=1)])
     old = load_snapshot(saved)
     assert old.rng.numpy is None and old.format_version == 1
+
+
+def test_cuda_generators_in_use_are_kept_and_put_back(tmp_path, monkeypatch):
+    """On a GPU, dropout draws from each device's CUDA generator: a step replays bit for bit only
+    with their states. Faked here (no GPU): what capture takes is what restore sets, and a file
+    holding them is version 3; a CUDA that was never initialised is not asked (that would start it)."""
+    states = [torch.arange(16, dtype=torch.uint8), torch.arange(16, 32, dtype=torch.uint8)]
+    put: list = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [t.clone() for t in states])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", put.extend)
+    model, opt = _trained()
+    snap = capture(3, model, opt, {"x": torch.zeros(1)})
+    got = load_snapshot(save_snapshot(tmp_path / "step-000003.pt", snap))
+    assert got.format_version == 3 and all(map(torch.equal, got.rng.cuda, states))
+    restore(got, model, opt)
+    assert len(put) == 2 and all(map(torch.equal, put, states))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="ran on 2 CUDA devices; this machine has 1"):
+        restore(got, model, opt)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert capture(3, model, opt, {"x": torch.zeros(1)}).rng.cuda == []
 
 
 def test_inspect_keeps_each_string_from_the_file_on_its_line(saved):
