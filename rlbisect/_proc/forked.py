@@ -1,26 +1,29 @@
 """Independent pieces of work in forked children: ``--matrix`` rows, the run-level checks.
 
-Each item runs in a child forked for it alone from the caller (``maxtasksperchild=1``), so an
-item sees the caller's state and nothing another item did: the same isolation as running them
-one after another from that state, and the same numbers (tests/_proc/test_forked.py). Where fork is
-not available, or ``jobs`` is 1, the items run here one after another. :func:`started` runs one
-piece beside the caller: the run-level checks while the step-0 checks run here.
+Each item runs in a child forked for it alone from the caller, so an item sees the caller's state
+and nothing another item did: the same isolation as running them one after another from that
+state, and the same numbers (tests/_proc/test_forked.py); and code under test that ends its
+process (``sys.exit``, ``os._exit``) ends the child, never the caller with an exit status nobody
+chose (:class:`ChildEnded`). Where fork is not available, the items run here one after another.
+:func:`started` runs one piece beside the caller: the run-level checks while the step-0 checks
+run here; :func:`isolated` runs one piece in a child whatever the cores: ``rlbisect check``.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing
+import ctypes
 import os
 import pickle
 import signal
 import sys
+from collections import deque
+from functools import partial
 from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-_task: Callable | None = None      # what forked children run: inherited, never pickled
 # children that sent their value and are still exiting: unmapping a process the size of one holding
 # torch takes ~15 ms, which the caller need not wait for. Reaped later, at the latest at exit
 _exiting: list[int] = []
@@ -39,44 +42,59 @@ def _reap(block: bool = False) -> None:
 atexit.register(_reap, True)
 
 
-def _run(item):
-    assert _task is not None   # set before the pool forks
-    return _task(item)
-
-
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def forked_map(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> Iterator[R]:
-    """``map(fn, items)``, up to ``jobs`` items at once, each in its own forked child."""
-    global _task
-    items = list(items)
-    if jobs <= 1 or len(items) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield from map(fn, items)
-        return
-    _task = fn
+def forked_map(fn: Callable[[T], R], items: Iterable[T], jobs: int,
+               ended: Callable[[T, "ChildEnded"], R] | None = None) -> Iterator[R]:
+    """``map(fn, items)``, up to ``jobs`` items at once, each in its own forked child (one at a
+    time when ``jobs`` is 1). An item whose child ends without its value (the code it runs called
+    ``os._exit`` or ``sys.exit``, or a signal ended it) gives ``ended(item, error)``, or raises."""
+    items, pending = list(items), deque[tuple[T, Started]]()
+
+    def value(item: T, child: Started) -> R:
+        try:
+            return child()
+        except ChildEnded as e:
+            if ended is None:
+                raise
+            return ended(item, e)
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(items)), maxtasksperchild=1) as pool:
-            yield from pool.imap(_run, items)
-    finally:
-        _task = None
+        for item in items:
+            pending.append((item, Started(partial(fn, item), always=True)))
+            if len(pending) >= max(jobs, 1):
+                yield value(*pending.popleft())
+        while pending:
+            yield value(*pending.popleft())
+    finally:            # the consumer stopped early or raised: no child is left running
+        for _, child in pending:
+            child.cancel()
+
+
+class ChildEnded(RuntimeError):
+    """A forked child ended without sending its value (``os._exit``, a signal); ``how`` says how."""
+
+    def __init__(self, message: str, how: str):
+        super().__init__(message)
+        self.how = how
 
 
 class Started:
     """``fn()`` begun in a forked child (:func:`started`): call it for the value, or ``cancel()``."""
 
-    def __init__(self, fn: Callable[[], R], beside: bool = True):
+    def __init__(self, fn: Callable[[], R], beside: bool = True, always: bool = False):
         self.fn, self.pid = fn, 0
         _reap()
-        if not beside or usable_cores() < 2 or not hasattr(os, "fork"):
+        if not hasattr(os, "fork") or not always and (not beside or usable_cores() < 2):
             return                                  # run here when asked
         for stream in (sys.stdout, sys.stderr):     # nothing buffered before the fork is written twice
             stream.flush()
         self.read, write = os.pipe()
-        self.pid = os.fork()
+        parent, self.pid = os.getpid(), os.fork()
         if self.pid == 0:                           # the child: compute, send, leave without cleanup
             try:
+                _die_with(parent)
                 os.close(self.read)
                 with os.fdopen(write, "wb") as pipe:
                     pipe.write(_outcome(fn))
@@ -96,12 +114,16 @@ class Started:
             _exiting.append(pid)
             _reap()
         else:
-            status = os.waitpid(pid, 0)[1]
-            raise RuntimeError(f"the forked child computing {getattr(self.fn, '__name__', self.fn)!r} "
-                               f"died (wait status {status})")
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            raise ChildEnded(f"the forked child computing {getattr(self.fn, '__name__', self.fn)!r} "
+                             f"ended without its value ({how})", how)
         ok, got = pickle.loads(data)   # from our own child, through a pipe: never from a file
         if ok:
             return got
+        if isinstance(got, SystemExit):   # the code it ran ended it: no exit status of ours
+            raise ChildEnded(f"the code {getattr(self.fn, '__name__', self.fn)!r} runs called sys.exit({got.code!r})",
+                             f"sys.exit({got.code!r})")
         raise got
 
     def cancel(self) -> None:
@@ -111,6 +133,16 @@ class Started:
             os.waitpid(self.pid, 0)
             os.close(self.read)
             self.pid = 0
+
+
+def _die_with(parent: int) -> None:
+    """Linux: the child gets SIGKILL when its parent dies (a timeout's SIGTERM), not left running."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)      # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):                    # not Linux: a parent's cancel() still ends it
+        pass
+    if os.getppid() != parent:                           # the parent died before the line above
+        os._exit(1)
 
 
 def _outcome(fn: Callable) -> bytes:
@@ -128,3 +160,10 @@ def started(fn: Callable[[], R], beside: bool = True) -> Started:
     the result waits for its value (or raises what it raised). Where fork is not available, one
     core is, or not ``beside``, ``fn`` runs when its value is asked for."""
     return Started(fn, beside)
+
+
+def isolated(fn: Callable[[], R]) -> R:
+    """``fn()`` in a forked child of its own, wherever fork exists, whatever the cores: code it runs
+    that ends the process (``sys.exit``, ``os._exit``, a signal) raises :class:`ChildEnded` here
+    instead of ending the caller with an exit status nobody chose."""
+    return Started(fn, always=True)()

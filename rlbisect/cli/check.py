@@ -41,8 +41,9 @@ def check_cmd(
     one fails or the code under test raises or goes NaN under them, 2 on bad input (an option; an
     --adapter naming no module, file or registered adapter), 125 when the checks could not run at
     all: the adapter does not fit this code (it or the trainer fails to import, its factory is
-    missing or cannot build the trainer, it raises rlbisect.errors.CannotRun), or every selected
-    check is n/a; inside a bisect, an --adapter not found at this commit too. 125 is git bisect
+    missing or cannot build the trainer, it raises rlbisect.errors.CannotRun), every selected
+    check is n/a, or the code under test ended the process during them (sys.exit, os._exit, a
+    signal); inside a bisect, an --adapter not found at this commit too. 125 is git bisect
     run's skip, so a bisect goes around such commits.
 
     Example: rlbisect check --bug sign_flip          (or: --adapter my_trainer/rl_adapter.py:make_adapter)
@@ -124,7 +125,7 @@ def check_cmd(
             typer.echo(json_text(table))
         raise typer.Exit(exit_code(c["passed"] for c in table["none"].values()))
     with stdout_to_stderr(as_json):
-        results = run_selected(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs, only)
+        results = _in_a_child(lambda: run_selected(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs, only))
     if as_json:
         typer.echo(json_text(to_json(results)))
     else:
@@ -140,6 +141,18 @@ def check_cmd(
                            + (_where(r) if r.failed else ""))
         typer.echo(_summary(results, only is None))
     raise typer.Exit(exit_code(r.passed for r in results.values()))
+
+
+def _in_a_child(checks):
+    """The checks in a child process: code under test that ends it (``sys.exit(0)``, ``os._exit(0)``)
+    left this command's exit 0 with nothing printed, a pass to ``git bisect run``; now it is
+    exit 125, no verdict, as the bisect's own predicate skips such a probe."""
+    from rlbisect._proc.forked import ChildEnded, isolated
+    try:
+        return isolated(checks)
+    except ChildEnded as e:
+        raise CannotRun(f"the checks ended without an answer: the process running them ended ({e.how}) during "
+                        "them: the code under test ended it, or a signal (the OOM killer?) did") from None
 
 
 def _summary(results: dict, every: bool) -> str:

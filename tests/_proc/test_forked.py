@@ -31,7 +31,27 @@ def test_forked_items_come_back_in_order_and_isolated():
     assert [seen for _, seen, _ in out] == [["caller", i] for i in range(6)]
     assert len({pid for _, _, pid in out}) == 6 and os.getpid() not in {pid for _, _, pid in out}
     assert SEEN == ["caller"]
-    assert [seen for _, seen, _ in forked_map(_remember, range(2), jobs=1)] == [["caller", 0], ["caller", 0, 1]]
+    # one at a time, still each in a child of its own
+    assert [seen for _, seen, _ in forked_map(_remember, range(2), jobs=1)] == [["caller", 0], ["caller", 1]]
+
+
+def _ends(item: int):
+    if item == 1:
+        os._exit(0)
+    if item == 2:
+        raise SystemExit(3)
+    return item
+
+
+def test_an_item_whose_code_ends_its_process_is_said_not_the_callers_exit():
+    """A matrix row whose code called os._exit(0) ended the command with exit 0, or hung the pool."""
+    got = list(forked_map(_ends, range(4), jobs=2, ended=lambda item, e: (item, e.how)))
+    assert got == [0, (1, "exit status 0"), (2, "sys.exit(3)"), 3]
+    with pytest.raises(forked.ChildEnded, match="exit status 0"):
+        list(forked_map(_ends, range(2), jobs=1))
+    with pytest.raises(forked.ChildEnded, match=r"sys.exit\(3\)"):
+        forked.isolated(lambda: _ends(2))
+    assert forked.isolated(os.getpid) != os.getpid()
 
 
 def test_matrix_rows_in_parallel_give_the_sequential_table():

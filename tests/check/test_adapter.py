@@ -83,7 +83,10 @@ def test_a_module_in_the_current_folder_is_found_as_python_m_would(tmp_path, mon
         "def make_adapter(episodes=64):\n    return _m(episodes=episodes)\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
-    assert load_adapter("my_local_adapter:make_adapter", episodes=8).episodes == 8
+    try:
+        assert load_adapter("my_local_adapter:make_adapter", episodes=8).episodes == 8
+    finally:    # a module no sys.path finds any more: tests/_proc/test_identity.py would see it
+        __import__("sys").modules.pop("my_local_adapter", None)
 
 
 def test_a_file_is_imported_once_per_process(tmp_path):

@@ -137,20 +137,21 @@ def test_an_unknown_check_is_bad_input_that_lists_the_checks():
     assert r.exit_code == 2 and "--no-runs" in r.output
 
 
-def test_run_level_checks_run_only_when_one_is_selected(monkeypatch):
+def test_run_level_checks_run_only_when_one_is_selected(monkeypatch, tmp_path):
     import rlbisect.check.run_level as run_level
-    calls = []
+    calls = tmp_path / "calls"        # the checks run in a child process: counted in a file
 
     def fake(adapter, seed=0):
-        calls.append(1)
+        with open(calls, "a") as f:
+            f.write("1")
         return run_level.Main({name: CheckResult(name, 0.0, True) for name in run_level.RUN_CHECKS})
     monkeypatch.setattr(run_level, "main_run", fake)
     monkeypatch.setattr(run_level, "quiet_run", lambda adapter, seed=0: [])
     monkeypatch.setattr(run_level, "variant_run", lambda adapter, seed=0: None)
-    monkeypatch.setattr("rlbisect._proc.forked.usable_cores", lambda: 1)   # counted here, not in a child
-    assert check("--checks", "1").exit_code == 0 and not calls
+    monkeypatch.setattr("rlbisect._proc.forked.usable_cores", lambda: 1)   # no further child for the runs
+    assert check("--checks", "1").exit_code == 0 and not calls.exists()
     r = check("--checks", "1,evaluation: held-out tasks, weights untouched", "--json")
-    assert r.exit_code == 0 and calls == [1]
+    assert r.exit_code == 0 and calls.read_text() == "1"
     assert list(json.loads(r.output)) == ["mask = policy tokens", "evaluation: held-out tasks, weights untouched"]
 
 
@@ -190,6 +191,45 @@ def test_an_adapter_that_exits_while_loading_is_an_adapter_failure_not_our_exit(
     r = check("--adapter", f"{tmp_path}/exits.py:make", "--no-runs")
     assert r.exit_code == 125 and r.output.strip().endswith("exits.py: it called sys.exit(0)"), r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("how,said", [("sys.exit(0)", "ended (sys.exit(0)) during them"),
+                                      ("os._exit(0)", "ended (exit status 0) during them")])
+def test_code_under_test_that_ends_the_process_is_no_pass(tmp_path, how, said):
+    """It ended `rlbisect check` with exit 0 and nothing printed: a good commit to git bisect run."""
+    spec = _wrapped(tmp_path, f"        def loss(self, *args, **kwargs):\n            import os, sys; {how}\n")
+    r = check("--adapter", spec, "--no-runs")
+    assert r.exit_code == 125 and said in r.output and "the checks ended without an answer" in r.output, r.output
+
+
+@pytest.mark.slow
+def test_a_check_stopped_by_a_timeout_leaves_no_process_behind(tmp_path):
+    """The checks run in a child: a SIGTERM to `rlbisect check` (a bisect's timeout) ends it too."""
+    import os
+    import signal
+    import sys
+    import time
+    pid_file = tmp_path / "pid"
+    spec = _wrapped(tmp_path, f"        def loss(self, *args, **kwargs):\n            import os, time\n"
+                              f"            open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)\n")
+    cmd = subprocess.Popen([sys.executable, "-m", "rlbisect", "check", "--adapter", spec, "--no-runs"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    assert child != cmd.pid
+    cmd.send_signal(signal.SIGTERM)
+    cmd.wait(30)
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child running the checks outlived the command")
 
 
 @pytest.mark.parametrize("opt,flag", [("bug=mask_shift", "--bug"), ("seed=3", "--seed or --probe-seeds"),
