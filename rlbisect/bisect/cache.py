@@ -92,7 +92,8 @@ def predicate_key(identity: str) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
-def _probe(row: dict) -> Probe:
+def row_probe(row: dict) -> Probe:
+    """A cached row as the probe it recorded, all of it (``detail`` holds a run's fingerprint)."""
     return Probe(Verdict(row["verdict"]), dict(row.get("values", {})), row.get("reason", ""),
                  float(row.get("seconds", 0.0)), row.get("cause"), output=row.get("output", ""),
                  detail=row.get("detail") or {})
@@ -173,7 +174,7 @@ class ProbeCache:
         verdicts = sorted({r["verdict"] for r in rows})
         if len(verdicts) > 1:
             return Recalled(disagree=verdicts)
-        return Recalled(_probe(rows[-1]), rows[-1].get("recorded", "")) if rows else Recalled()
+        return Recalled(row_probe(rows[-1]), rows[-1].get("recorded", "")) if rows else Recalled()
 
     def get(self, tree: str, identity: str) -> Probe | None:
         """The remembered probe for this tree and identity, or None (nothing, or rows that disagree)."""

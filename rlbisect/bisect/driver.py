@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlbisect.bisect.cache import flaky_identity, identity
+from rlbisect.bisect.cache import flaky_identity, identity, row_probe
 from rlbisect.bisect.executors import Executor, NodeOnly, make_executor
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates import Predicate, Probe
@@ -170,6 +170,9 @@ class _Run:
         if ended != "found":   # candidates of a search git cannot do would read as answers
             res.candidates = [] if self.unbisectable else strategy.candidates()
             res.extra = strategy.report(ended)
+        if self.options.terms is not None and res.extra.get("posterior"):   # "GOOD already bad" is the fix's OLD
+            res.extra["posterior"] = [{**row, "commit": reword(row["commit"], self.options.terms)}
+                                      for row in res.extra["posterior"]]
 
     def _search(self, step: Step) -> Step | None:
         """Rounds until the strategy has nothing left to probe -> git's last state; None when
@@ -280,7 +283,6 @@ class _Run:
         trees = {self.result.commits[sha].tree: sha for sha, _ in reversed(self.result.history)}
         for row in self.prober.cache.runs(flaky_identity(self.prober.identity), set(trees)):
             sha = row["commit"] if row.get("commit") in self.result.commits else trees[row["tree"]]
-            probe = Probe(Verdict(row["verdict"]), dict(row.get("values", {})), row.get("reason", ""),
-                          float(row.get("seconds", 0.0)), row.get("cause"), output=row.get("output", ""))
+            probe = row_probe(row)   # with its detail: a run's fingerprint is what the seed-blind check reads
             self.prober.record(sha, probe, True, 0.0, recorded=row.get("recorded", ""))
             self.strategy.replay_probes([(sha, probe)])

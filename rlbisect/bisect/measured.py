@@ -249,13 +249,13 @@ class MeasuredSearch:
         # before any other answer: seed-blind runs also look like two changes or a drift (misfit)
         if d.status != "probe" and (count := self.blind()) is not None:
             return Decision("misfit", p=d.p, message=f"each of the {count} commits run on two seeds or more "
-                            "gave one run for all its seeds: the seed does not reach the training run, so "
-                            "its runs are not draws of a seed spread")
+                            "gave one value for all its seeds: the seed does not reach the training run (or the "
+                            "metric does not vary with it), so its runs are not draws of a seed spread")
         return d
 
     def blind(self) -> int | None:
         """The commits run on two seeds or more, when each gave one run for all (seed_blind)."""
-        return seed_blind(self.positions, self.seeds, self.prints)
+        return seed_blind(self.positions, self.seeds, self.prints, self.values)
 
     def _decide(self, confidence: float, max_runs: int | None, runs: int | None) -> Decision:
         if not 0.5 < confidence < 1:

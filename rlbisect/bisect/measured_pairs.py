@@ -174,15 +174,23 @@ def pair_loglik(runs: list[Run], n: int, prints: Prints = None) -> np.ndarray:
     return top + np.log(np.exp(total - top).sum(axis=(0, 1, 2)))
 
 
-def seed_blind(positions: Sequence[int], seeds: Sequence[int | None], prints: Prints) -> int | None:
+def seed_blind(positions: Sequence[int], seeds: Sequence[int | None], prints: Prints,
+               values: Sequence[float] | None = None) -> int | None:
     """How many positions ran on two seeds or more, when every such position (two at least) gave
-    one record for all its seeds: the seed does not reach the run (a training script that ignores
-    ``--seed``), so runs at a commit are not draws and the value models do not apply. Else None.
-    A coarse record (one number of few levels) could look so by chance; it takes every commit
-    with two seeds or more agreeing, at the point an answer would be given."""
-    records: dict[int, dict[int, str]] = {}
-    for pos, seed, fp in zip(positions, seeds, prints or ()):
+    one run for all its seeds, by its record or by its value (a record can hold a number that is
+    never reproducible, a memory reading): the seed does not reach the run (a training script
+    that ignores ``--seed``), so runs at a commit are not draws and the value models do not apply.
+    Else None. A coarse record (one number of few levels) could look so by chance; it takes every
+    commit with two seeds or more agreeing (three such commits where only values agree), at the
+    point an answer would be given."""
+    records: dict[int, dict[int, tuple[str, float]]] = {}
+    for i, (pos, seed, fp) in enumerate(zip(positions, seeds, prints or ())):
         if seed is not None and fp is not None:
-            records.setdefault(pos, {})[seed] = fp
-    multi = sorted(p for p, r in records.items() if len(r) > 1)
-    return len(multi) if len(multi) > 1 and all(len(set(records[p].values())) == 1 for p in multi) else None
+            records.setdefault(pos, {})[seed] = (fp, float("nan") if values is None else values[i])
+
+    multi = [list(r.values()) for r in records.values() if len(r) > 1]
+    same_record = [len({fp for fp, _ in runs}) == 1 for runs in multi]
+    same_value = [len(kept := {v for _, v in runs}) == 1 and bool(np.isfinite(list(kept)).all()) for runs in multi]
+    # a metric of few levels gives two seeds one value by chance more often than one record: three commits
+    enough = len(multi) > 1 if all(same_record) else len(multi) > 2
+    return len(multi) if enough and all(r or v for r, v in zip(same_record, same_value)) else None

@@ -191,11 +191,24 @@ class MeasuredPosterior(Posterior):
 
     def plan(self, git: GitView) -> list[str]:
         self.decision = d = self.search.decide(self.confidence, self.max_runs, self.runs, self.last)
+        if (why := self._nothing_measured()) is not None:
+            self.decision = d = replace(d, status="good_fails", message=why)
         if d.status != "probe" or d.probe is None:
             return []
         left = (self.max_runs or 0) - self.runs
         picks = [d.probe] if self.jobs <= 1 or left <= 1 else self.search.propose(min(self.jobs, left), d.probe)
         return [self.order[p] for p in picks]
+
+    def _nothing_measured(self) -> str | None:
+        """Every run at both ends failed: no number to compare, whatever else runs (all of them,
+        ranked worst, read as "nothing changed", exit 5, when the command failed everywhere)."""
+        from rlbisect.bisect.measured import START_RUNS
+        s = self.search
+        ends = [v for p, v in zip(s.positions, s.values) if p in (0, s.n)]
+        if len(ends) < 2 * START_RUNS or any(math.isfinite(v) for v in ends):
+            return None
+        return (f"no run at GOOD or BAD gave a number for {self.metric} ({len(ends)} runs, each failed or NaN): "
+                "the training command fails at GOOD too, or does not write that metric; run it by hand at GOOD")
 
     def top(self, count: int = 10) -> list[dict]:
         if self.search.blind() is not None:   # runs that are not draws: no posterior to show
@@ -233,4 +246,6 @@ class MeasuredPosterior(Posterior):
             why = d.message or (f"posterior {d.p:.3f} that no commit in the range changed "
                                 f"{self.metric}'s distribution")
             return Conclusion(Status.BAD_PASSES, message=f"no regression to bisect: {why}", extra=extra)
+        if d.status == "good_fails":
+            return Conclusion(Status.GOOD_FAILS, message=d.message, extra=extra)
         return super().conclude(git)

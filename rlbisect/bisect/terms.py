@@ -96,7 +96,11 @@ _REWORDED = (("BAD passes the predicate at least as often as GOOD", "NEW fails t
              ("GOOD fails the predicate", "OLD already passes the predicate"),
              ("the predicate is probably broken", "the predicate probably does not show the bug"),
              ("the regression is not in this range", "the fix is not in this range"),
-             ("the regression is older than the range", "the fix is older than the range"))
+             ("the regression is older than the range", "the fix is older than the range"),
+             ("no regression to bisect", "no fix to bisect"),
+             ("not a regression in the direction asked", "not a fix in the direction asked"),
+             ("GOOD already bad", "OLD already passes"),
+             ("no regression in range", "no fix in range"))
 
 
 def reword(message: str, terms: tuple[str, str]) -> str:

@@ -155,3 +155,8 @@ def test_a_seed_that_does_not_reach_the_run_gives_no_answer(wobble):
     assert seed_blind([0, 0, 8, 8], [0, 1, 0, 1], ["a", "a", "b", "b"]) == 2
     assert seed_blind([0, 0, 8, 8], [0, 1, 0, 1], ["a", "a", "b", "c"]) is None    # one commit's seeds differ
     assert seed_blind([0, 0, 8], [0, 1, 0], ["a", "a", "b"]) is None                # one commit: chance
+    # records that differ by a number never reproducible (memory), one value for every seed: blind too
+    assert seed_blind([0, 0, 8, 8, 4, 4], [0, 1, 0, 1, 0, 1], list("abcdef"), [1.0, 1.0, 0.5, 0.5, 0.2, 0.2]) == 3
+    assert seed_blind([0, 0, 8, 8], [0, 1, 0, 1], ["a", "b", "c", "d"], [1.0, 1.0, 0.5, 0.5]) is None  # chance
+    assert seed_blind([0, 0, 8, 8], [0, 1, 0, 1], ["a", "b", "c", "d"], [1.0, 1.0, 0.5, 0.7]) is None
+    assert seed_blind([0, 0, 8, 8], [0, 1, 0, 1], ["a", "b", "c", "d"], [math.nan] * 4) is None   # crashes differ

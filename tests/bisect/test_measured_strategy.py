@@ -72,6 +72,27 @@ def test_the_command_line_answers_and_plots_the_runs(history, run_cli, tmp_path)
     assert {p["verdict"] for p in data["probes"]} == {"ran"}
 
 
+def test_runs_recorded_from_another_good_are_evidence_for_the_next_search(tmp_path):
+    """A run's number does not depend on GOOD: a second bisect from a later GOOD made every run anew."""
+    root = tmp_path / "repo"
+    shas = build(root, 12, 8, 3.0, salt=4)
+    first = bisect(root, f"{shas[0]}..{shas[-1]}", predicate(), BisectOptions(flaky=True))
+    second = bisect(root, f"{shas[4]}..{shas[-1]}", predicate(), BisectOptions(flaky=True))
+    assert first.first_bad == second.first_bad == shas[8]
+    reused = [p for p in second.probes if p.cached]
+    assert reused and {p.commit for p in reused} <= {p.commit for p in first.probes}
+
+
+def test_a_command_that_fails_at_every_run_is_no_answer_not_no_regression(history):
+    """Every run ranked worst read as "nothing changed": exit 5 after 19 runs, none of which gave a number."""
+    root, shas = history
+    broken = [sys.executable, "train.py", "--seed", "{seed}", "--output", "{out}"]   # argparse: exit 2
+    pred = make_predicate("short-run", command=broken, options={"metric": "reward", "direction": "lower"})
+    res = bisect(root, f"{shas[0]}..{shas[-1]}", pred, BisectOptions(flaky=True, use_cache=False))
+    assert res.status is Status.GOOD_FAILS and res.first_bad is None and len(res.probes) == 4, res.summary()
+    assert "no run at GOOD or BAD gave a number for reward (4 runs" in res.message
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_metric_the_runs_do_not_log_stops_the_search_at_once(history, jobs):
     # a round's runs take different seeds, and a reason naming its seed hid that every run said the same

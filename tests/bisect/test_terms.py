@@ -72,6 +72,12 @@ def test_invert_swaps_good_and_bad_only():
     assert invert(Probe(Verdict.ABORT)).verdict is Verdict.ABORT
     assert reword("GOOD fails the predicate: the regression is older than the range", ("old", "new")) == \
         "OLD (old) already passes the predicate: the fix is older than the range"
+    # the measured search's answers and the noisy search's named ends, said for a fix
+    said = reword("no regression to bisect: the metric changed at commit 1, but fell: not a regression in "
+                  "the direction asked", ("broken", "fixed"))
+    assert "regression" not in said and said.startswith("no fix to bisect") and "not a fix in the direction" in said
+    assert reword("GOOD already bad", ("a", "b")) == "OLD (a) already passes"
+    assert reword("no regression in range", ("a", "b")) == "no fix in range"
 
 
 def test_the_python_api_takes_terms(tiny_repo):

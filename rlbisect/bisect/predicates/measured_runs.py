@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from rlbisect.bisect.predicates.short_run import ShortRunPredicate
 
 
+#: Short-run options that judge runs, never change one: out of a measured run's identity.
+JUDGING = frozenset({"good", "direction", "metrics", "seeds", "max_seeds", "alpha"})
+
+
 class MeasuredRuns:
     """The short-run predicate as one run per probe (see the module)."""
 
@@ -53,9 +57,11 @@ class MeasuredRuns:
         self.inner.setup(good, checkout)
 
     def identity(self) -> str:
-        # apart from the per-commit verdicts: these rows are numbers, never verdicts
-        return json.dumps({"measured": self.metric, "short_run": json.loads(self.inner.identity()),
-                           "seeds": "paired"}, sort_keys=True)
+        # apart from the per-commit verdicts: these rows are numbers, never verdicts. One run's
+        # number does not depend on how runs are judged (GOOD, the direction, seeds per look, the
+        # bar): without those, a later bisect from another GOOD starts from these runs too
+        inner = {k: v for k, v in json.loads(self.inner.identity()).items() if k not in JUDGING}
+        return json.dumps({"measured": self.metric, "short_run": inner, "seeds": "paired"}, sort_keys=True)
 
     def bind(self, commit: str, index: int) -> SeededRun:
         return SeededRun(self.inner, self.seed_for(commit) if self.seed_for else index)
