@@ -17,6 +17,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 from collections import deque
 from functools import partial
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -78,6 +79,9 @@ class ChildEnded(RuntimeError):
     def __init__(self, message: str, how: str):
         super().__init__(message)
         self.how = how
+
+    def __reduce__(self):      # from a grandchild through its parent: both arguments travel
+        return ChildEnded, (str(self), self.how)
 
 
 class Started:
@@ -147,12 +151,39 @@ def _die_with(parent: int) -> None:
 
 def _outcome(fn: Callable) -> bytes:
     try:
-        return pickle.dumps((True, fn()))
+        value = fn()
     except BaseException as e:          # noqa: BLE001 - handed to the parent as it is
-        try:
-            return pickle.dumps((False, e))
-        except Exception:               # noqa: BLE001 - an exception that does not pickle
-            return pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")))
+        _join_threads()
+        return pickle.dumps((False, _portable(e)))
+    _join_threads()
+    return pickle.dumps((True, value))
+
+
+def _join_threads() -> None:
+    """Threads the work started and left running end before the child does, as they would at the
+    caller's exit (what they print or write is not lost to the child's ``os._exit``): Python's own
+    shutdown of them, which first tells a thread pool's idle workers to stop, then joins."""
+    shutdown = getattr(threading, "_shutdown", None)      # CPython's, run at every interpreter exit
+    if shutdown is not None and threading.current_thread() is threading.main_thread():
+        shutdown()
+
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` as the parent can unpickle it: one whose class takes other arguments than its
+    message (an adapter's ``CannotRun`` subclass) becomes the nearest rlbisect error, keeping
+    its exit code and message, or a RuntimeError naming it."""
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:                   # noqa: BLE001 - any class may fail either way
+        from rlbisect.errors import RlbisectError
+        for cls in type(error).__mro__:
+            if issubclass(cls, RlbisectError) and cls.__module__ == RlbisectError.__module__:
+                try:
+                    return cls(str(error))
+                except Exception:       # noqa: BLE001 - one taking other arguments (Interrupted)
+                    break
+        return RuntimeError(f"{type(error).__name__}: {error}")
 
 
 def started(fn: Callable[[], R], beside: bool = True) -> Started:

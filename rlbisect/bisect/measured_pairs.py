@@ -187,7 +187,6 @@ def seed_blind(positions: Sequence[int], seeds: Sequence[int | None], prints: Pr
     for i, (pos, seed, fp) in enumerate(zip(positions, seeds, prints or ())):
         if seed is not None and fp is not None:
             records.setdefault(pos, {})[seed] = (fp, float("nan") if values is None else values[i])
-
     multi = [list(r.values()) for r in records.values() if len(r) > 1]
     same_record = [len({fp for fp, _ in runs}) == 1 for runs in multi]
     same_value = [len(kept := {v for _, v in runs}) == 1 and bool(np.isfinite(list(kept)).all()) for runs in multi]

@@ -236,6 +236,7 @@ def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], s
         def make(seed: int):
             return healthy if fault is None and seed == seeds[0] else make_adapter(fault, seed)
         return check_seeds(make, seeds, thresholds, runs, only, beside=jobs == 1)   # rows fill the cores
+
     def ended(fault: Optional[str], error) -> dict[str, CheckResult]:   # no check could say anything
         from rlbisect.check.run_level import RUN_CHECKS
         names = [n for n in [*INVARIANTS.names(), *(RUN_CHECKS if runs else ())] if only is None or n in only]

@@ -94,17 +94,18 @@ def check_cmd(
         return {"defaults": {**defaults, **({} if seed_given else seeded)}, **given,
                 **(seeded if seed_given else {}), **opts}
     defer_dynamo()        # the checks never compile: see rlbisect._proc.startup
-    try:                  # before any work or word: a mistyped option is one line
-        with stdout_to_stderr(as_json):     # it imports the adapter's file: its prints must not break the JSON
-            check_options(spec, bug=bug, **factory_options(seeds[0]))
-    except RlbisectError as e:
-        raise adapter_failure(spec, e) from None
 
-    if spec == DEFAULT_ADAPTER and (note := first_use_note()):
-        typer.echo(note, err=True)
-    if adapter is None and not as_json:     # in a user's repository this is not their trainer
-        typer.echo("checking TinyAgent, rlbisect's embedded example trainer (give --adapter "
-                   "MODULE:FACTORY or FILE.py:FACTORY to check yours)", err=True)
+    def ready() -> None:  # before any work or word: a mistyped option is one line
+        try:
+            with stdout_to_stderr(as_json):     # it imports the adapter's file: its prints must not break the JSON
+                check_options(spec, bug=bug, **factory_options(seeds[0]))
+        except RlbisectError as e:
+            raise adapter_failure(spec, e) from None
+        if spec == DEFAULT_ADAPTER and (note := first_use_note()):
+            typer.echo(note, err=True)
+        if adapter is None and not as_json:     # in a user's repository this is not their trainer
+            typer.echo("checking TinyAgent, rlbisect's embedded example trainer (give --adapter "
+                       "MODULE:FACTORY or FILE.py:FACTORY to check yours)", err=True)
 
     def make(fault, probe_seed):
         try:
@@ -112,6 +113,7 @@ def check_cmd(
         except RlbisectError as e:
             raise adapter_failure(spec, e) from None
     if matrix:
+        ready()
         def shown(results: dict) -> dict:
             return results if only is None else {n: r for n, r in results.items() if n in only}
         with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
@@ -124,8 +126,12 @@ def check_cmd(
         if as_json:
             typer.echo(json_text(table))
         raise typer.Exit(exit_code(c["passed"] for c in table["none"].values()))
-    with stdout_to_stderr(as_json):
-        results = _in_a_child(lambda: run_selected(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs, only))
+
+    def checked() -> dict:   # all in the child: the adapter's module, and threads it starts, stay out of here
+        ready()
+        with stdout_to_stderr(as_json):
+            return run_selected(lambda probe_seed: make(bug, probe_seed), seeds, limits, runs, only)
+    results = _in_a_child(checked)
     if as_json:
         typer.echo(json_text(to_json(results)))
     else:

@@ -24,10 +24,10 @@ from rlbisect.steps.trees import encode_tree
 
 
 def plain_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
-    """Logged values as JSON-able Python numbers (0-dim tensors and numpy scalars included)."""
+    """Logged values as JSON-able Python numbers (one-element tensors and arrays, numpy scalars included)."""
     out: dict[str, Any] = {}
     for k, v in stats.items():
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
+        if (isinstance(v, torch.Tensor) and v.numel() == 1) or (isinstance(v, np.ndarray) and v.size == 1):
             v = v.item()
         if isinstance(v, numbers.Integral) and not isinstance(v, bool):
             v = int(v)
@@ -58,14 +58,15 @@ def copy_tensors(obj: Any) -> Any:
 
 def capture(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
             batch: dict[str, torch.Tensor], generators: dict[str, torch.Generator] | None = None,
-            keep_grads: bool = True, scheduler: Any = None, **fields: Any) -> Snapshot:
+            keep_grads: bool = True, scheduler: Any = None, rng: RngState | None = None, **fields: Any) -> Snapshot:
     """Clone the pre-update state in memory (no disk I/O, no device sync); `fields` fill the rest.
 
     Gradients the parameters still hold are state too: a loop that never clears them (or
     accumulates across the step boundary) adds them into this update, and its replay must as well.
     ``keep_grads=False`` where the call comes after the step's own backward (its gradients are
     the update's, which the replay recomputes). ``scheduler``: one the update steps itself; a
-    state that cannot be stored (an object in it) is left out and named in ``meta``.
+    state that cannot be stored (an object in it) is left out and named in ``meta``. ``rng``: the
+    generators as taken before the update's first draw, by a caller that comes after it.
     """
     try:   # a scheduler is optional evidence: one without a storable state_dict is named, not fatal
         sched = None if scheduler is None else copy_tensors(scheduler.state_dict())
@@ -75,7 +76,7 @@ def capture(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer 
         sched = None
     return Snapshot(scheduler=sched, step=step, model=copy_tensors(model.state_dict()),
                     optimizer=None if optimizer is None else copy_tensors(optimizer.state_dict()),
-                    batch=copy_tensors(dict(batch)), rng=capture_rng(generators),
+                    batch=copy_tensors(dict(batch)), rng=rng or capture_rng(generators),
                     grads={n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
                     if keep_grads else None,
                     **fields)

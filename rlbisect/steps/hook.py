@@ -44,7 +44,7 @@ import torch
 
 from rlbisect.git.repo import CodeIdentity, code_identity
 from rlbisect.steps.capture import capture, diff_norm, fingerprint, optimizer_digest, plain_stats, state_digest
-from rlbisect.steps.format import Snapshot, save_snapshot
+from rlbisect.steps.format import RngState, Snapshot, save_snapshot
 from rlbisect.steps.spikes import DetectorSet, Hit, SpikeConfig, default_detectors
 
 
@@ -125,7 +125,7 @@ class SnapshotHook:
                       batch: Mapping[str, Any],
                       generators: dict[str, torch.Generator] | None = None,
                       frozen: Mapping[str, torch.nn.Module | None] | None = None,
-                      keep_grads: bool = True, scheduler: Any = None) -> None:
+                      keep_grads: bool = True, scheduler: Any = None, rng: RngState | None = None) -> None:
         """Clone what the update is about to consume. Call right before the update's first RNG use.
 
         `frozen` modules are only referenced here (the update must not change them); a frozen
@@ -133,6 +133,8 @@ class SnapshotHook:
         the parameters hold are kept too (a loop that does not clear them adds them into the
         update); `keep_grads=False` where this is called after the update's own backward. Pass the
         learning-rate `scheduler` when the update steps it (between minibatches), so a replay can too.
+        A loop that can call this only after the update's forward passes (a callback before the
+        optimizer step) passes the `rng` it took (`capture_rng()`) before them: dropout drew from it.
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -145,7 +147,7 @@ class SnapshotHook:
         self._moved = float(bool(moving)) if both else None
         self._prints = prints
         snap = None if self.dir is None else capture(step, model, optimizer, dict(batch), generators, keep_grads,
-                                                     scheduler, config=self.config, meta=self.meta, code=self.code)
+                                                     scheduler, rng, config=self.config, meta=self.meta, code=self.code)
         if snap is not None:   # a module seen moving may move again before the save: keep it as read now
             snap.frozen = {n: {k: t.detach().clone() for k, t in kept[n].state_dict().items()} for n in moving}
         self._pending = (step, snap, model, kept, optimizer)

@@ -125,6 +125,9 @@ def replay_in_process(snap: Snapshot, bug: str | None = None, replayer=None) -> 
     if not isinstance(replayed, Replayed):   # None is not "the update raised": no verdict on the step
         raise ReplayError(f"the replayer returned {type(replayed).__name__}, not a Replayed (the update's "
                           "stats and digests; UpdateRaised where the update itself fails)")
+    if snap.rng.cuda and not torch.cuda.is_available():
+        replayed.notes.append(f"the step ran with {len(snap.rng.cuda)} CUDA device(s)' generators in use and this "
+                              "machine has no CUDA: they were not restored, so what drew from them does not repeat")
     if torch.get_num_threads() != snap.num_threads:
         replayed.notes.append(f"recorded with {snap.num_threads} threads, replayed with "
                               f"{torch.get_num_threads()}: sums split differently can move the last bits")

@@ -14,6 +14,7 @@ from rlbisect.check import check_matrix
 from rlbisect.check.invariants import as_json, check_seeds
 from rlbisect._proc import forked
 from rlbisect._proc.forked import forked_map, started
+from rlbisect.errors import CannotRun
 from reference_trainer.adapter import make_adapter
 
 SEEN: list = []
@@ -119,3 +120,41 @@ def test_a_piece_the_caller_gives_up_on_leaves_no_child(monkeypatch):
     piece.cancel()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)                       # reaped: nothing left behind
+
+
+class _Missing(CannotRun):
+    """An adapter's own CannotRun, built from other arguments than its message."""
+
+    def __init__(self, feature: str, release: str):
+        super().__init__(f"{release} has no {feature}")
+
+
+def _raise_missing():
+    raise _Missing("fused_head", "TRL 1.2")
+
+
+def test_what_crosses_from_a_child_keeps_its_meaning():
+    """A ChildEnded from a grandchild, and an exception whose class takes other arguments, failed
+    to unpickle here: a TypeError traceback and exit 1 (a bad commit) instead of exit 125."""
+    with pytest.raises(forked.ChildEnded, match="exit status 0") as ended:
+        forked.isolated(lambda: forked.isolated(lambda: os._exit(0)))
+    assert ended.value.how == "exit status 0"
+    with pytest.raises(CannotRun, match="TRL 1.2 has no fused_head") as refused:
+        forked.isolated(_raise_missing)
+    assert refused.value.exit_code == 125
+
+
+def test_threads_the_work_left_running_finish_before_the_child_ends(tmp_path):
+    """A trainer's non-daemon thread (a log writer) was cut off by the child's os._exit."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work():
+        def late():
+            time.sleep(0.2)
+            (tmp_path / "written").write_text("done")
+        threading.Thread(target=late).start()
+        pool = ThreadPoolExecutor(2)          # idle workers left behind: told to stop, not waited on forever
+        return list(pool.map(abs, [-1, -2]))
+    assert forked.isolated(work) == [1, 2] and (tmp_path / "written").read_text() == "done"

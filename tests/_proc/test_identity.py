@@ -11,6 +11,12 @@ import pytest
 from rlbisect._proc import identity as ident
 
 
+def _loaded(tests_tmp) -> dict:
+    """What this interpreter loaded, less what other tests imported from their tmp folders (gone
+    from sys.path since): this file's tests must not depend on the order tests run in."""
+    return {n: f for n, f in ident.loaded_modules().items() if not str(f).startswith(str(tests_tmp))}
+
+
 def test_shell_bookkeeping_and_git_variables_do_not_make_another_caller():
     me, env = ident.interpreter(), dict(os.environ)
     assert ident.mismatch(me, env, me, {**env, "PWD": "/elsewhere", "SHLVL": "7"}) is None
@@ -20,19 +26,19 @@ def test_shell_bookkeeping_and_git_variables_do_not_make_another_caller():
     assert ident.mismatch(me, env, {**me, "warnoptions": ["error"]}, env) == "a different warnoptions"
 
 
-def test_a_module_the_caller_would_find_elsewhere_is_a_refusal(tmp_path):
-    loaded = ident.loaded_modules()
+def test_a_module_the_caller_would_find_elsewhere_is_a_refusal(tmp_path, tmp_path_factory):
+    loaded = _loaded(tmp_path_factory.getbasetemp())
     assert "pytest" in loaded and ident.shadowed(loaded, sys.path, os.getcwd()) is None
     (tmp_path / "pytest.py").write_text("")
     assert "its pytest comes from" in ident.shadowed(loaded, [str(tmp_path), *sys.path], os.getcwd())
     assert "where this interpreter" in ident.shadowed(loaded, ["/nowhere"], os.getcwd())
 
 
-def test_a_submodule_entered_under_a_top_level_alias_is_its_packages(monkeypatch):
+def test_a_submodule_entered_under_a_top_level_alias_is_its_packages(monkeypatch, tmp_path_factory):
     # scipy.sparse enters its Cython module as `_csparsetools` too: no sys.path finds that name
     import json.decoder
     monkeypatch.setitem(sys.modules, "_decoder_alias", json.decoder)
-    loaded = ident.loaded_modules()
+    loaded = _loaded(tmp_path_factory.getbasetemp())
     assert "_decoder_alias" not in loaded and "json" in loaded
     assert ident.shadowed(loaded, sys.path, os.getcwd()) is None
 

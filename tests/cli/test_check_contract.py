@@ -202,6 +202,18 @@ def test_code_under_test_that_ends_the_process_is_no_pass(tmp_path, how, said):
     assert r.exit_code == 125 and said in r.output and "the checks ended without an answer" in r.output, r.output
 
 
+def test_an_adapter_whose_module_starts_threads_is_checked(tmp_path):
+    """Imported here and checked in a forked child, its thread pool's workers were missing there
+    and the check hung for ever: the adapter's module is imported in the child alone."""
+    (tmp_path / "pooled.py").write_text(
+        "import concurrent.futures\nfrom reference_trainer.adapter import ReferenceAdapter\n"
+        "POOL = concurrent.futures.ThreadPoolExecutor(2)\nlist(POOL.map(abs, [-1, -2, -3]))\n"
+        "class A(ReferenceAdapter):\n    def probe_batch(self):\n        list(POOL.map(abs, [-4]))\n"
+        "        return super().probe_batch()\ndef make_adapter(**kw):\n    return A(**kw)\n")
+    r = check("--adapter", f"{tmp_path}/pooled.py:make_adapter", "--no-runs", "--checks", "1")
+    assert r.exit_code == 0 and "mask = policy tokens" in r.output, r.output
+
+
 @pytest.mark.slow
 def test_a_check_stopped_by_a_timeout_leaves_no_process_behind(tmp_path):
     """The checks run in a child: a SIGTERM to `rlbisect check` (a bisect's timeout) ends it too."""

@@ -372,6 +372,12 @@ def test_cuda_generators_in_use_are_kept_and_put_back(tmp_path, monkeypatch):
         restore(got, model, opt)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     assert capture(3, model, opt, {"x": torch.zeros(1)}).rng.cuda == []
+    # replayed where there is no CUDA: not restored, and said
+    from rlbisect.steps.replay import Replayed, replay_in_process
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    put.clear()
+    replayed = replay_in_process(got, replayer=lambda snap, bug: (restore(snap, model, opt), Replayed({}, ""))[1])
+    assert not put and any("2 CUDA device(s)' generators" in n and "not restored" in n for n in replayed.notes)
 
 
 def test_inspect_keeps_each_string_from_the_file_on_its_line(saved):

@@ -370,3 +370,13 @@ def test_a_reference_reloaded_before_the_save_is_kept_as_the_update_read_it(tmp_
         snap = load_snapshot(tmp_path / snapshot_name(step))
         assert "frozen_changed" not in snap.meta
         assert all(torch.equal(snap.frozen["ref"][k], v) for k, v in read[step].items())
+
+
+@pytest.mark.parametrize("logged", [lambda x: x, lambda x: x.numpy(), lambda x: x.numpy()[None], lambda x: x.item()])
+def test_a_nan_fires_however_it_is_logged(tmp_path, logged):
+    """A NaN loss logged as a 0-dim numpy array (`loss.detach().numpy()`) passed every detector."""
+    hook = SnapshotHook(tmp_path)
+    model, opt = make_model()
+    hook.before_update(0, model, opt, collect(model, 0))
+    hits = hook.after_update(0, {"loss": logged(torch.tensor(float("nan")))})
+    assert [h.detector for h in hits] == ["nonfinite"] and load_snapshot(tmp_path / snapshot_name(0)).stats["loss"] != 0

@@ -200,12 +200,15 @@ class SnapshotCallback(TrainerCallback):
         self.hits: list = []
         self._window: Window | None = None
         self._watch: AbstractContextManager[None] | None = None
+        self._rng: Any = None    # the generators at the step's start (RngState)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._watch = None
 
     def on_step_begin(self, args, state, control, **kwargs):
+        from rlbisect.steps.capture import capture_rng
         self._close()
+        self._rng = capture_rng()    # before the step's forward passes: dropout draws from it
         self._window = Window(metrics_at={k: len(v) for k, v in _metric_lists(self.trainer).items()})
         self._watch = watching(self.trainer, self._window)
         self._watch.__enter__()
@@ -217,7 +220,8 @@ class SnapshotCallback(TrainerCallback):
             self.hook.meta["accumulation"] = len(w.micro)
             self.hook.meta["num_items_in_batch"] = w.num_items
             # the gradients held now are this step's own, which the replay recomputes
-            self.hook.before_update(state.global_step, model, optimizer, _flatten(w.micro), keep_grads=False)
+            self.hook.before_update(state.global_step, model, optimizer, _flatten(w.micro), keep_grads=False,
+                                    rng=self._rng)
 
     def on_step_end(self, args, state, control, **kwargs):
         w = self._window

@@ -102,9 +102,12 @@ def test_promote_with_an_adapter_writes_a_test_that_passes(tmp_path):
     assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-2000:]
 
 
-def test_a_plain_transformers_trainer_step_replays_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_plain_transformers_trainer_step_replays_bit_for_bit(tmp_path, dropout):
     """Not only TRL: a causal-LM fine-tune with HF Trainer (loss normalized over the accumulation
-    window by num_items_in_batch), its saved step replayed on a fresh copy of the model."""
+    window by num_items_in_batch), its saved step replayed on a fresh copy of the model. With
+    dropout too: the generators are taken before the step's forward passes drew its masks (taken
+    at the optimizer step, the same code replayed as DIFFERS)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
@@ -116,7 +119,9 @@ def test_a_plain_transformers_trainer_step_replays_bit_for_bit(tmp_path):
     args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
                              gradient_accumulation_steps=2, max_steps=3, learning_rate=1e-3, use_cpu=True,
                              report_to="none", save_strategy="no", disable_tqdm=True, seed=0)
-    trainer = Trainer(model=AutoModelForCausalLM.from_pretrained(_model_dir(0)), args=args, train_dataset=data,
+    def model():
+        return AutoModelForCausalLM.from_pretrained(_model_dir(0), attention_dropout=dropout, attn_implementation="eager")
+    trainer = Trainer(model=model(), args=args, train_dataset=data,
                       data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
     callback = SnapshotCallback(trainer, tmp_path / "snaps", every=1)
     trainer.add_callback(callback)
@@ -125,6 +130,6 @@ def test_a_plain_transformers_trainer_step_replays_bit_for_bit(tmp_path):
         trainer.train()
     snap = load_snapshot(callback.hook.saved[-1])
     assert snap.step == 2 and snap.meta["accumulation"] == 2 and snap.meta["num_items_in_batch"] > 0
-    report = judge(snap, replay_step(trainer, AutoModelForCausalLM.from_pretrained(_model_dir(0)), snap))
+    report = judge(snap, replay_step(trainer, model(), snap))
     assert report.identical, report.moved
     assert {r.name for r in report.rows} == {"loss", "grad_norm"}
