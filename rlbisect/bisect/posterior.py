@@ -47,7 +47,8 @@ class Posterior(Strategy):
 
     def stop_reached(self, p: float, sha: str) -> str:
         from rlbisect.bisect.bayes import needed
-        said = f"posterior {p:.4g}, the stop {needed(self.confidence):g} for --confidence {self.confidence:g}"
+        stop = f"{round(needed(self.confidence), 12):.12g}"   # :g's 6 digits printed 0.9999995 as 1
+        said = f"posterior {p:.{max(4, len(stop) - 2)}g}, the stop {stop} for --confidence {self.confidence:.12g}"
         if other := self.merged.get(sha):   # first parents only: the branch it brought in was not searched
             said += (f"; a merge: the change came in with its branch (other parent {other[0][:12]}), whose "
                      "commits the search, following first parents, did not run")

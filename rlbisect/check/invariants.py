@@ -29,6 +29,7 @@ Users add their own with `@INVARIANTS.register("name")`; a registered check runs
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Callable, Collection, Optional
 
 import torch
@@ -225,17 +226,17 @@ def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], s
     attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks), ``jobs``
     rows at once in forked children -> {"none" | fault: {check: CheckResult}}."""
     from rlbisect.errors import InputError
-    from rlbisect._proc.forked import forked_map
-    healthy = make_adapter(None, seeds[0])      # read for its fault list, then checked as the first row
-    faults = list(Offers.of(healthy).faults)
+    from rlbisect._proc.forked import forked_map, isolated
+    # the list read in a child too: the adapter's module imported here would be forked into every
+    # row without the threads its import started (a pool's workers), and the row would hang
+    faults = isolated(lambda: list(Offers.of(make_adapter(None, seeds[0])).faults))
     if not faults:
         raise InputError("--matrix runs the checks once per fault switch, and the adapter lists "
                          "none (give it a `faults` attribute)")
 
     def row(fault: Optional[str]) -> dict[str, CheckResult]:
-        def make(seed: int):
-            return healthy if fault is None and seed == seeds[0] else make_adapter(fault, seed)
-        return check_seeds(make, seeds, thresholds, runs, only, beside=jobs == 1)   # rows fill the cores
+        return check_seeds(partial(make_adapter, fault), seeds, thresholds, runs, only,
+                           beside=jobs == 1)      # rows fill the cores
 
     def ended(fault: Optional[str], error) -> dict[str, CheckResult]:   # no check could say anything
         from rlbisect.check.run_level import RUN_CHECKS

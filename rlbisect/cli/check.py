@@ -113,13 +113,14 @@ def check_cmd(
         except RlbisectError as e:
             raise adapter_failure(spec, e) from None
     if matrix:
-        ready()
+        _in_a_child(ready)      # as the checks below: the adapter's module never imported here
         def shown(results: dict) -> dict:
             return results if only is None else {n: r for n, r in results.items() if n in only}
         with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
-            table = {row: to_json(shown(r)) for row, r in check_matrix(
+            rows = _no_answer_if_ended(lambda: check_matrix(
                 make, seeds, limits, on_row=None if as_json else lambda f, r: _print_matrix_row(f, shown(r)),
-                runs=runs_needed(only, runs), jobs=jobs or usable_cores(), only=only).items()}
+                runs=runs_needed(only, runs), jobs=jobs or usable_cores(), only=only))
+            table = {row: to_json(shown(r)) for row, r in rows.items()}
         if plot_out:
             from rlbisect.plots import matrix_heatmap
             matrix_heatmap(table, plot_out)
@@ -153,9 +154,14 @@ def _in_a_child(checks):
     """The checks in a child process: code under test that ends it (``sys.exit(0)``, ``os._exit(0)``)
     left this command's exit 0 with nothing printed, a pass to ``git bisect run``; now it is
     exit 125, no verdict, as the bisect's own predicate skips such a probe."""
-    from rlbisect._proc.forked import ChildEnded, isolated
+    from rlbisect._proc.forked import isolated
+    return _no_answer_if_ended(lambda: isolated(checks))
+
+
+def _no_answer_if_ended(work):
+    from rlbisect._proc.forked import ChildEnded
     try:
-        return isolated(checks)
+        return work()
     except ChildEnded as e:
         raise CannotRun(f"the checks ended without an answer: the process running them ended ({e.how}) during "
                         "them: the code under test ended it, or a signal (the OOM killer?) did") from None

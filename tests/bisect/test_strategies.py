@@ -112,6 +112,16 @@ def test_the_posterior_finds_a_flaky_culprit_and_says_nothing_changed_when_nothi
     assert end.first_bad is None
 
 
+@pytest.mark.parametrize("confidence,said", [(0.95, "posterior 0.9812, the stop 0.975 for --confidence 0.95"),
+                                              (0.999999, "posterior 0.9999996, the stop 0.9999995 for "
+                                                         "--confidence 0.999999")])
+def test_the_stop_is_printed_to_the_digits_it_has(confidence, said):
+    """At six nines the stop was printed "1" beside a posterior of "1": a culprit named at certainty."""
+    s = Posterior(confidence)
+    s.start([(c, ()) for c in commits(2)], "c0", "c2", False)
+    assert s.stop_reached(0.98123 if confidence == 0.95 else 0.99999963, "c1") == said
+
+
 def test_the_options_choose_the_strategy():
     assert isinstance(make_strategy(BisectOptions()), GitChoice)
     assert isinstance(make_strategy(BisectOptions(jobs=4)), KAry)

@@ -212,6 +212,12 @@ def test_an_adapter_whose_module_starts_threads_is_checked(tmp_path):
         "        return super().probe_batch()\ndef make_adapter(**kw):\n    return A(**kw)\n")
     r = check("--adapter", f"{tmp_path}/pooled.py:make_adapter", "--no-runs", "--checks", "1")
     assert r.exit_code == 0 and "mask = policy tokens" in r.output, r.output
+    # a --matrix row, too: the command read the fault list in its own process, then forked the rows
+    (tmp_path / "pooled.py").write_text((tmp_path / "pooled.py").read_text().replace(
+        "class A(ReferenceAdapter):\n", "class A(ReferenceAdapter):\n    faults = ['mask_shift']\n"))
+    r = check("--adapter", f"{tmp_path}/pooled.py:make_adapter", "--no-runs", "--checks", "1", "--matrix", "--json")
+    rows = json.loads(r.output)
+    assert r.exit_code == 0 and [c["passed"] for c in rows["mask_shift"].values()] == [False], r.output
 
 
 @pytest.mark.slow
