@@ -6,6 +6,7 @@ with an optional fault switched on, so the checker sees exactly what training wo
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 
@@ -37,8 +38,24 @@ class ReferenceAdapter:
         self.episodes, self.seed = episodes, seed
         torch.set_num_threads(self.cfg.threads)
         self.tok = build_tokenizer(make_tasks("all"))
-        self._base = make_base(self.tok)
         self._task_ids = {t.name: t.index for t in make_tasks("all")}
+
+    @functools.cached_property
+    def _built(self):
+        # built at first use, inside the checks: the trainer's own code (its environment, its
+        # tokenizer) raising here is a finding (exit 1), not an adapter that cannot run (exit 125);
+        # what it raised is kept, so each check does not build it again to raise again
+        try:
+            return make_base(self.tok), None
+        except Exception as e:      # noqa: BLE001 - the trainer's code: re-raised at every use
+            return None, e
+
+    @property
+    def _base(self):
+        base, error = self._built
+        if error is not None:
+            raise error
+        return base
 
     def with_settings(self, **settings) -> "ReferenceAdapter":
         """The same trainer, fault and probe batch at other settings (config fields)."""

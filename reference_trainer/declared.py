@@ -25,7 +25,8 @@ VARIANTS = {
     "temperature 0.7, entropy bonus": {"temperature": 0.7, "entropy_coef": 0.01},
     "KL k1": {"kl_coef": 0.1, "kl_kind": "k1"},
     "per-episode mean, 3 microbatches": {"loss_mode": "seq_mean_token_mean", "microbatches": 3},
-    "2 microbatches": {"microbatches": 2},
+    # a clip that binds: a gradient clipped per microbatch, not once before the step, shows in check 6
+    "2 microbatches, clip 0.01": {"microbatches": 2, "max_grad_norm": 0.01},
 }
 
 
@@ -34,7 +35,10 @@ VARIANTS = {
 #: reward (so a sampler that ignores the configured environment shows).
 RUN_VARIANT = {**{k: v for settings in VARIANTS.values() for k, v in settings.items()},
                "lr_schedule": "linear", "warmup_steps": 2, "optimizer": "adamw", "weight_decay": 0.01,
-               "max_grad_norm": 0.001, "epochs": 2, "reward": "public"}
+               "max_grad_norm": 0.001, "epochs": 2, "reward": "public",
+               # off the defaults and off the step-0 variants: a value the loop hard-codes, or a
+               # setting it never reads, shows as run B's objective or optimizer-step count
+               "minibatches": 3, "clip_eps": 0.15, "kl_coef": 0.05}
 
 
 def objective(cfg: RLConfig) -> Objective:
@@ -51,8 +55,9 @@ def run_spec(cfg: RLConfig, steps: int) -> RunSpec:
     u = cfg.update
     tasks = make_tasks("all")
     return RunSpec(optimizer="AdamW" if u.optimizer == "adamw" else "Adam", lr=u.lr,
-                   hyper={"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": u.weight_decay},
+                   hyper={"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": u.weight_decay, "amsgrad": False},
                    schedule=Schedule(kind=u.lr_schedule, warmup=u.warmup_steps, total=steps * u.epochs * u.minibatches),
+                   optimizer_steps=steps * u.epochs * u.minibatches, tasks_per_step=cfg.sampler.tasks_per_step,
                    max_grad_norm=u.max_grad_norm,
                    train_tasks=frozenset(t.index for t in tasks if t.split == "train"),
                    heldout_tasks=frozenset(t.index for t in tasks if t.split == "heldout"))
@@ -98,8 +103,25 @@ class Environment:
         self.tok, self.cfg, self.bug = tok, cfg, bug
         self.tasks = make_tasks("train")[:3]
 
+    @property
+    def budget(self) -> int:
+        return self.cfg.env.max_turns       # every call takes a turn, a malformed one too
+
+    def unplayable(self, actions: list[str]) -> str:
+        env = self.cfg.env
+        if len(actions) > env.max_turns:
+            return f"{len(actions)} calls, max_turns is {env.max_turns}"
+        longest = max(len(self.tok.encode(a)) for a in actions)
+        return f"a call of {longest} tokens, max_call_tokens is {env.max_call_tokens}" \
+            if longest > env.max_call_tokens else ""
+
     def solution(self, task: int) -> list[str]:
         return [f"<call> edit {self.tasks[task].right} <end>"]
+
+    def exploit(self, task: int) -> list[str] | None:
+        """What passes the visible tests and not the hidden ones, where the configured reward is the
+        hidden tests' (under the public reward it earns one by configuration)."""
+        return ["<call> hardcode_tests <end>"] if self.cfg.env.reward == "hidden" else None
 
     def wrong(self, task: int) -> list[str]:
         return [f"<call> edit {(self.tasks[task].right + 1) % N_FIXES} <end>"]
@@ -109,5 +131,7 @@ class Environment:
                                   self.cfg.env, self.cfg.sampler.temperature, torch.Generator().manual_seed(0),
                                   bug=self.bug)
         info = traj.info
-        calls = sum(1 for t, o in zip(traj.ids, traj.owner) if o == OWNER["policy"] and t == self.tok.call_id)
+        # the calls the environment answered, and the last, which ended the episode: counted on the
+        # answers, as a call token can sit inside another call (one cut at max_call_tokens)
+        calls = 1 + sum(1 for t, o in zip(traj.ids, traj.owner) if o == OWNER["env"] and t == self.tok.obs_id)
         return Played(reward=info.reward, rejected=info.n_invalid, calls=calls)

@@ -9,11 +9,23 @@ An adapter offers ``environment()`` -> an object with
     play(task, actions) -> Played  the episode those actions make, through the trainer's own
                  sampling and environment code (after the script, ``idle`` until the episode ends)
 
-   23 malformed calls are rejected   each malformed action, played alone, is counted as rejected
-                                     (never acted on): the count of malformed actions acted on
-   24 reward only for a submitted solution   solution + submit earns a reward; the solution never
-                                     submitted (the turn budget runs out) and a wrong fix submitted
-                                     earn 0: the count of these three that do not hold, per task
+and optionally
+
+    budget       the calls an episode makes when it never submits, malformed ones included
+                 (its turn limit); None or absent: not declared
+    unplayable(actions) -> str   why the configured limits cut this script short (it needs more
+                 calls than the budget, a call longer than a call may be), else ""
+    exploit(task) -> actions or None   what passes the checks the policy can see and not the
+                 grader's (hard-coding the visible tests), where the configured reward must not pay it
+
+   21 malformed calls are rejected   each malformed action, played alone, is counted as rejected
+                                     (never acted on), and uses a turn (the episode then makes
+                                     ``budget`` calls): the count of malformed actions that do not
+   22 reward only for a submitted solution   solution + submit earns a reward; the solution never
+                                     submitted (the turn budget runs out, after ``budget`` calls)
+                                     and a wrong fix (or the ``exploit``) submitted earn 0: the
+                                     count of these that do not hold, per task; n/a where the
+                                     limits cut the script
 """
 
 from __future__ import annotations
@@ -47,7 +59,12 @@ def _malformed(ctx):
     env = _environment(ctx)
     if isinstance(env, NotApplicable):
         return env
-    acted_on = sum(env.play(task, [action]).rejected < 1 for task in range(TASKS) for action in env.malformed)
+    budget = getattr(env, "budget", None)
+    acted_on = 0
+    for task in range(TASKS):
+        for action in env.malformed:
+            played = env.play(task, [action])
+            acted_on += (played.rejected < 1) + (budget is not None and played.calls != budget)
     return float(acted_on), acted_on == 0
 
 
@@ -56,9 +73,16 @@ def _reward_contract(ctx):
     env = _environment(ctx)
     if isinstance(env, NotApplicable):
         return env
-    broken = 0
+    unplayable = getattr(env, "unplayable", None)
+    for task in range(TASKS):
+        if unplayable is not None and (why := unplayable(env.solution(task) + [env.submit])):
+            return NotApplicable(f"the scripted solution cannot be played at this setting: {why}")
+    budget, broken = getattr(env, "budget", None), 0
     for task in range(TASKS):
         broken += not env.play(task, env.solution(task) + [env.submit]).reward > 0
-        broken += env.play(task, env.solution(task)).reward != 0      # truncated: the budget ran out
+        unsubmitted = env.play(task, env.solution(task))       # truncated: the budget ran out
+        broken += (unsubmitted.reward != 0) + (budget is not None and unsubmitted.calls != budget)
         broken += env.play(task, env.wrong(task) + [env.submit]).reward != 0
+        if (exploit := getattr(env, "exploit", lambda task: None)(task)) is not None:
+            broken += env.play(task, exploit + [env.submit]).reward != 0
     return float(broken), broken == 0

@@ -29,7 +29,6 @@ Users add their own with `@INVARIANTS.register("name")`; a registered check runs
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import Callable, Collection, Optional
 
 import torch
@@ -172,10 +171,9 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
                 raise
             out[name] = _raised(name, e)      # never by design: a check that raised measured nothing
             continue
-        out[name] = CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable) \
-            else CheckResult(name, float(got[0]), bool(got[1]), setting=got[2] if len(got) > 2 else "")
-        if out[name].failed and name in by_design:    # shown with its explanation, not as FAIL
-            out[name] = CheckResult(name, out[name].value, True, by_design=by_design[name], setting=out[name].setting)
+        out[name] = (CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable)
+                     else CheckResult(name, float(got[0]), bool(got[1]), setting=got[2] if len(got) > 2 else "")
+                     ).excused(by_design)
     return out
 
 
@@ -221,22 +219,26 @@ def check_seeds(make_adapter: Callable[[int], TrainerAdapter], seeds: list[int],
 def check_matrix(make_adapter: Callable[[Optional[str], int], TrainerAdapter], seeds: list[int],
                  thresholds: Optional[Thresholds] = None,
                  on_row: Optional[Callable[[Optional[str], dict], None]] = None, runs: bool = False,
-                 jobs: int = 1, only: Optional[Collection[str]] = None) -> dict[str, dict[str, CheckResult]]:
+                 jobs: int = 1, only: Optional[Collection[str]] = None,
+                 fresh: bool = False) -> dict[str, dict[str, CheckResult]]:
     """The checks with no fault, then once per fault switch the adapter lists in its ``faults``
     attribute, each over the probe ``seeds`` (and with ``runs`` the run-level checks), ``jobs``
     rows at once in forked children -> {"none" | fault: {check: CheckResult}}."""
     from rlbisect.errors import InputError
     from rlbisect._proc.forked import forked_map, isolated
-    # the list read in a child too: the adapter's module imported here would be forked into every
-    # row without the threads its import started (a pool's workers), and the row would hang
-    faults = isolated(lambda: list(Offers.of(make_adapter(None, seeds[0])).faults))
+    # ``fresh``: the adapter's module starts threads at import (a pool's workers), which a row forked
+    # after importing it here would lack, and hang: each row then imports it in its own process
+    healthy = None if fresh else make_adapter(None, seeds[0])   # else read here, and checked as the first row
+    faults = isolated(lambda: list(Offers.of(make_adapter(None, seeds[0])).faults)) if fresh \
+        else list(Offers.of(healthy).faults)
     if not faults:
         raise InputError("--matrix runs the checks once per fault switch, and the adapter lists "
                          "none (give it a `faults` attribute)")
 
     def row(fault: Optional[str]) -> dict[str, CheckResult]:
-        return check_seeds(partial(make_adapter, fault), seeds, thresholds, runs, only,
-                           beside=jobs == 1)      # rows fill the cores
+        def make(seed: int):
+            return healthy if healthy is not None and fault is None and seed == seeds[0] else make_adapter(fault, seed)
+        return check_seeds(make, seeds, thresholds, runs, only, beside=jobs == 1)   # rows fill the cores
 
     def ended(fault: Optional[str], error) -> dict[str, CheckResult]:   # no check could say anything
         from rlbisect.check.run_level import RUN_CHECKS

@@ -40,7 +40,7 @@ def judge(recs: Sequence[Record], specs: Sequence[Optional[RunSpec]], t: Thresho
     for name, fn in CHECKS.items():
         got = fn(recs, specs, t, offers)
         out[name] = (CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable)
-                     else CheckResult(name, float(got[0]), bool(got[1])))
+                     else CheckResult(name, float(got[0]), bool(got[1]))).excused(offers.capabilities.by_design)
     return out
 
 
@@ -128,6 +128,7 @@ def _tasks(recs, specs, t, offers) -> Found:
             groups = [s.tasks[i:i + s.group_size] for i in range(0, len(s.tasks), s.group_size)]
             firsts = [g[0] for g in groups]
             bad += sum(len(set(g)) != 1 for g in groups) + len(firsts) - len(set(firsts))
+            bad += spec.tasks_per_step is not None and len(firsts) != spec.tasks_per_step
             bad += sum(task not in spec.train_tasks or task in (spec.heldout_tasks or ()) for task in firsts)
     return float(bad), bad == 0
 
@@ -181,6 +182,8 @@ def _optimizer(recs, specs, t, offers) -> Found:
     bad = 0
     for rec, spec in zip(recs, specs):
         policy = rec.steps[-1].params if rec.steps else None
+        if spec.optimizer_steps is not None:    # an epoch or minibatch count the loop never read
+            bad += abs(len(rec.opt_steps) - spec.optimizer_steps)
         for o in rec.opt_steps:
             bad += o.kind != spec.optimizer
             bad += sum(not _close(g.get(k), v) for g in o.groups for k, v in spec.hyper.items())

@@ -22,6 +22,7 @@ comes (the graph and the weights move on), and keeps only the numbers.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
@@ -150,7 +151,11 @@ class Recorder:
             seen.value_err, seen.grad_err = loss_identity(self.spec, loss, mask, old_logp, advantages, ref_logp,
                                                           logits, targets, logp)
         truth = self._truth
-        if truth is not None:
+        if truth is not None and not _same_batch(truth.owned, rows, mask):
+            # the loss consumed another batch than the step sampled (the last step's?): nothing of
+            # it can be compared, and the mask check fails on it rather than this recorder raising
+            seen.mask_wrong = math.inf
+        elif truth is not None:
             owned = truth.owned[rows]
             on = (owned > 0) & (mask > 0)
             seen.mask_wrong = float((mask.float() != owned.float()).sum())
@@ -239,3 +244,11 @@ def loss_identity(spec: Objective, loss: torch.Tensor, mask, old_logp, adv, ref_
     value = abs(float(loss.detach()) - float(ours.detach())) / max(abs(float(ours.detach())), 1e-3)
     grad = float((g_trainer - g_ours).norm() / g_ours.norm().clamp(min=1e-12))
     return value, grad
+
+
+def _same_batch(owned: torch.Tensor, rows, mask: torch.Tensor) -> bool:
+    """Whether a loss's ``rows`` and ``mask`` can be rows of the step's sampled batch (``owned``)."""
+    try:
+        return owned[rows].shape == mask.shape
+    except (IndexError, RuntimeError):
+        return False

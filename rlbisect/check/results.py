@@ -31,6 +31,14 @@ class CheckResult:
     def failed(self) -> bool:
         return self.passed is False
 
+    def excused(self, by_design: dict[str, str]) -> "CheckResult":
+        """This result, or where it failed and the adapter declares that failure on purpose
+        (``by_design``: check name -> why), shown with that explanation instead of as FAIL."""
+        if not self.failed or self.name not in by_design:
+            return self
+        return CheckResult(self.name, self.value, True, self.seed, by_design=by_design[self.name],
+                           setting=self.setting, detail=self.detail)
+
 
 @dataclass(frozen=True)
 class NotApplicable:

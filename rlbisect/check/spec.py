@@ -75,6 +75,8 @@ class RunSpec:
     max_grad_norm: Optional[float] = None           # global gradient-norm clip before each step (None: none)
     train_tasks: Optional[frozenset] = None         # the task ids training may draw
     heldout_tasks: Optional[frozenset] = None       # the task ids evaluation may use (and training may not)
+    optimizer_steps: Optional[int] = None           # the steps it takes over the run (None: not declared)
+    tasks_per_step: Optional[int] = None            # the distinct tasks each step trains on (None: not declared)
 
 
 def lr_factor(s: Schedule, n: int) -> float:

@@ -113,13 +113,13 @@ def check_cmd(
         except RlbisectError as e:
             raise adapter_failure(spec, e) from None
     if matrix:
-        _in_a_child(ready)      # as the checks below: the adapter's module never imported here
+        fresh = _in_a_child(lambda: _starts_threads(ready))
         def shown(results: dict) -> dict:
             return results if only is None else {n: r for n, r in results.items() if n in only}
         with stdout_to_stderr(as_json):      # the trainer's own prints must not break the JSON
             rows = _no_answer_if_ended(lambda: check_matrix(
                 make, seeds, limits, on_row=None if as_json else lambda f, r: _print_matrix_row(f, shown(r)),
-                runs=runs_needed(only, runs), jobs=jobs or usable_cores(), only=only))
+                runs=runs_needed(only, runs), jobs=jobs or usable_cores(), only=only, fresh=fresh))
             table = {row: to_json(shown(r)) for row, r in rows.items()}
         if plot_out:
             from rlbisect.plots import matrix_heatmap
@@ -156,6 +156,16 @@ def _in_a_child(checks):
     exit 125, no verdict, as the bisect's own predicate skips such a probe."""
     from rlbisect._proc.forked import isolated
     return _no_answer_if_ended(lambda: isolated(checks))
+
+
+def _starts_threads(importing) -> bool:
+    """Whether ``importing()`` (the adapter's module) leaves threads running: a matrix row forked
+    after such an import lacks them and can hang, so its rows then import it themselves (2.5 s a
+    row for TRL's demo, against one import for all when it starts none)."""
+    import threading
+    before = threading.active_count()
+    importing()
+    return threading.active_count() > before
 
 
 def _no_answer_if_ended(work):

@@ -1,5 +1,7 @@
 """Checks 21-22, the environment's contract, played through TinyAgent's sampler and environment."""
 
+import pytest
+
 from reference_trainer.adapter import make_adapter
 from rlbisect.check.invariants import sanity_checks
 
@@ -29,3 +31,65 @@ def test_na_without_an_environment():
     adapter.environment = None
     res = sanity_checks(adapter)
     assert all(res[n].passed is None and "exposes no environment()" in res[n].na for n in (MALFORMED, REWARD))
+
+
+def test_a_malformed_call_that_takes_no_turn_fails(monkeypatch):
+    """Every call takes a turn (the environment declares its budget): one that skipped counting
+    malformed calls gave those episodes a seventh call, and passed both checks."""
+    import reference_trainer.env as env_code
+    step = env_code.Env.step
+
+    def free_when_malformed(self, call):
+        invalid, out = self.info.n_invalid, step(self, call)
+        if self.info.n_invalid > invalid and not self.done:
+            self.info.n_turns -= 1
+        return out
+    assert not sanity_checks(make_adapter())[MALFORMED].failed
+    monkeypatch.setattr(env_code.Env, "step", free_when_malformed)
+    res = sanity_checks(make_adapter())
+    assert res[MALFORMED].failed and res[MALFORMED].value == 8       # 4 malformed calls x 2 tasks
+
+
+def test_a_turn_limit_read_from_elsewhere_fails_the_budget(monkeypatch):
+    """The environment ended episodes at 6 calls whatever max_turns said (a constant in its code):
+    at max_turns 4 an unsubmitted episode made 6 calls where the budget is 4."""
+    import reference_trainer.env as env_code
+    step = env_code.Env.step
+
+    def six_turns(self, call):
+        out = step(self, call)
+        if self.done and not self.info.submitted and self.info.n_turns < 6:
+            self.done, out = False, self.tok.encode("<obs> ok")
+        return out
+    assert not any(sanity_checks(make_adapter(max_turns=4))[n].failed for n in (MALFORMED, REWARD))
+    monkeypatch.setattr(env_code.Env, "step", six_turns)
+    res = sanity_checks(make_adapter(max_turns=4))
+    assert res[REWARD].failed and res[MALFORMED].failed
+
+
+@pytest.mark.parametrize("setting,why", [({"max_turns": 1}, "2 calls, max_turns is 1"),
+                                         ({"max_call_tokens": 3}, "a call of 4 tokens, max_call_tokens is 3")])
+def test_a_setting_too_tight_for_the_scripted_solution_is_na_not_a_failure(setting, why):
+    """max_turns=1 failed check 22 on healthy code: the solution and its submit need two calls."""
+    res = sanity_checks(make_adapter(**setting))
+    assert res[REWARD].na.endswith(why) and not res[MALFORMED].failed
+
+
+def test_an_exploit_paid_under_the_hidden_reward_fails(monkeypatch):
+    """The hidden verdict computed on the public tests alone: hard-coding the visible tests earned a
+    reward under reward=hidden, and every check passed."""
+    import reference_trainer.env as env_code
+    step = env_code.Env.step
+
+    def public_only(self, call):
+        out = step(self, call)
+        if self.info.submitted:
+            self.info.hidden_pass = self.info.public_pass
+            self.info.reward = float(self.info.hidden_pass)
+        return out
+    env = make_adapter().environment()
+    assert env.play(0, env.exploit(0) + [env.submit]).reward == 0
+    assert make_adapter(reward="public").environment().exploit(0) is None     # paid by configuration
+    monkeypatch.setattr(env_code.Env, "step", public_only)
+    res = sanity_checks(make_adapter())
+    assert res[REWARD].failed and res[REWARD].value == 2         # the exploit, on each of 2 tasks

@@ -78,3 +78,46 @@ def test_a_clip_below_the_configured_norm_fails_once_the_backward_is_far_above_i
     res = run_checks(make_adapter())      # run B clips at 0.001, far below any backward's norm
     assert not res["gradients clipped to max_grad_norm before each step"].passed
     assert res["gradients clipped to max_grad_norm before each step"].value == pytest.approx(0.5, rel=1e-3)
+
+
+def test_an_epoch_count_the_loop_never_reads_fails_the_optimizer_check(monkeypatch):
+    """Run B asks for two epochs of three minibatches; an update that read its epoch count from a
+    misnamed setting (one epoch) stepped half as often, and every run-level check passed."""
+    import reference_trainer.train as train_code
+    update = train_code.rl_update
+
+    def one_epoch(model, optimizer, batch, cfg, *args, **kwargs):
+        cfg = cfg.model_copy(update={"update": cfg.update.model_copy(update={"epochs": 1})})
+        return update(model, optimizer, batch, cfg, *args, **kwargs)
+    monkeypatch.setattr(train_code, "rl_update", one_epoch)
+    res = run_checks(make_adapter())
+    assert res["optimizer = the configured one"].failed
+    assert res["optimizer = the configured one"].value == 6      # run B: 2 steps x 3 minibatches fewer
+
+
+def test_an_optimizer_option_nobody_configured_fails(monkeypatch):
+    """amsgrad switched on in the trainer's optimizer (the configuration says Adam's defaults)."""
+    import torch
+    adam = torch.optim.Adam
+
+    class AmsGrad(adam):
+        def __init__(self, params, **kwargs):
+            super().__init__(params, **{**kwargs, "amsgrad": True})
+    AmsGrad.__name__ = "Adam"
+    monkeypatch.setattr(torch.optim, "Adam", AmsGrad)
+    assert run_checks(make_adapter())["optimizer = the configured one"].failed
+
+
+def test_an_update_on_the_last_steps_batch_fails_the_batch_check_not_the_recorder(monkeypatch):
+    """Its loss's mask was narrower than the step's sampled batch, and the recorder raised: "short
+    runs complete" failed as if the trainer's loop had, and every other run-level check was n/a."""
+    import reference_trainer.train as train_code
+    update, last = train_code.rl_update, []
+
+    def on_the_last_batch(model, optimizer, batch, *args, **kwargs):
+        last.append(batch)
+        return update(model, optimizer, last[-2] if len(last) > 1 else batch, *args, **kwargs)
+    monkeypatch.setattr(train_code, "rl_update", on_the_last_batch)
+    res = run_checks(make_adapter())
+    assert res["mask and advantages = the step's batch"].failed
+    assert res["short runs complete"].passed

@@ -310,3 +310,16 @@ def test_matrix_with_a_bug_is_refused_not_silently_dropped():
     r = check("--matrix", "--bug", "sign_flip", "--no-runs", "--checks", "8")
     assert r.exit_code == 2 and "--matrix checks every fault the adapter lists" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_the_trainer_raising_while_it_builds_its_starting_policy_is_a_finding_not_a_skip(monkeypatch):
+    """An environment that raised while the scripted demonstrations were played (the starting
+    policy is behaviour-cloned from them) ended the check with exit 125: a skip, to a bisect."""
+    import reference_trainer.adapter as tinyagent
+
+    def broken(tok):
+        raise IndexError("Cannot choose from an empty sequence")
+    monkeypatch.setattr(tinyagent, "make_base", broken)
+    r = check("--no-runs", "--checks", "1,2")
+    assert r.exit_code == 1 and r.output.count("raised IndexError: Cannot choose from an empty sequence") == 2, \
+        r.output

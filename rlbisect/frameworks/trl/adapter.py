@@ -184,9 +184,13 @@ class GRPOAdapter:
 
     def backward(self, model, batch, rows, prep):
         """TRL's training_step over `rows` as one accumulation window of
-        `gradient_accumulation_steps` micro-batches (without the KL term, like `loss`)."""
+        `gradient_accumulation_steps` micro-batches (without the KL term, like `loss`). TRL's
+        micro-batches are equal, so where `rows` do not split into that many equal ones, the window
+        is the most micro-batches, fewer, that they do split into (unequal ones, or empty ones,
+        were no window TRL ever runs: a false failure, or a raise in TRL's log-prob pass)."""
         batch = self._own(batch)
         ga = self.trainer.args.gradient_accumulation_steps
+        ga = max(k for k in range(1, ga + 1) if len(rows) % k == 0)
         inputs = self._rows(batch, rows, prep)
         seen: list = []
         total = 0.0
@@ -210,6 +214,10 @@ class GRPOAdapter:
             raise ValueError("TRL stored no reference log-probs with this batch (beta was 0 when it scored it)")
         opt, seen, micro, norms = trl_.optimizer(tr, model), list[tuple](), 0, []
         chunks = trl_.shuffled_chunks(tr, inputs, seed=0)
+        if not trl_.one_step_per_batch(tr) and len(chunks) * tr.num_iterations < args.gradient_accumulation_steps:
+            # a window longer than the batch straddles batches in training: here, as in the batch whose
+            # first micro-batch ends a window, so its later ones use the stored old log-probs
+            micro = args.gradient_accumulation_steps - 1
         with trl_.one_window(tr, args.gradient_accumulation_steps, tr.beta, seen, tap):
             args.steps_per_generation = len(chunks)          # the dapo normalizer as in training
             for _ in range(tr.num_iterations):

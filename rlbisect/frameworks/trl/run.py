@@ -118,4 +118,4 @@ def run_spec(adapter, steps: int, settings: Optional[dict] = None) -> RunSpec:
     ids = frozenset(data["id"]) if "id" in data.column_names else None
     return RunSpec(optimizer=OPTIMIZERS.get(optim, optim), lr=args.learning_rate, hyper=hyper,
                    schedule=Schedule(kind=kind, warmup=args.get_warmup_steps(steps), total=steps, warmup_from_zero=True),
-                   max_grad_norm=args.max_grad_norm or None, train_tasks=ids, heldout_tasks=None)
+                   max_grad_norm=args.max_grad_norm or None, train_tasks=ids, heldout_tasks=None, optimizer_steps=steps)

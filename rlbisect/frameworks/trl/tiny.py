@@ -86,7 +86,9 @@ def _dataset(n: int = 48):
     rows = []
     for i in range(n):          # `id`: the task each prompt is (rlbisect's run-level task checks)
         a, b = torch.randint(0, 5, (2,), generator=g).tolist()
-        rows.append({"id": i, "prompt": f"add d{a} d{b} =", "answer": f"d{a + b}"})
+        # prompts of three lengths, so TRL pads them (on the left): prompts of one length never
+        # showed a prompt padded on the wrong side
+        rows.append({"id": i, "prompt": "the " * (i % 3) + f"add d{a} d{b} =", "answer": f"d{a + b}"})
     return Dataset.from_list(rows)
 
 
@@ -105,6 +107,9 @@ def brevity_reward(completions, **kwargs) -> list[float]:
 
 
 REWARD_WEIGHTS = [1.0, 0.1]
+#: GRPOConfig fields the demo sets from its own options
+OWN_OPTIONS = {"per_device_train_batch_size": "--episodes (with steps_per_generation)", "learning_rate": "lr=",
+               "beta": "--kl-coef"}
 
 
 def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "grpo", num_iterations: int = 1,
@@ -117,23 +122,28 @@ def build_trainer(episodes: int = 32, kl_coef: float = 0.1, loss_type: str = "gr
     asked for: rlbisect.check.spec.Objective cannot state it, and the demo's objective is declared exactly."""
     from trl import GRPOConfig, GRPOTrainer
     torch.set_num_threads(1)     # 2 threads made a step 30x slower on a 2-core machine
-    if episodes % (GROUP * steps_per_generation):
-        raise ValueError(f"episodes must be a multiple of {GROUP} x steps_per_generation")
     fields = getattr(GRPOConfig, "__dataclass_fields__", {})
     unknown = sorted(set(config) - set(fields))
     if unknown:
         raise ValueError(f"GRPOConfig of this TRL has no field {unknown[0]!r}")
-    extra: dict[str, Any] = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
-    if "use_bias_correction_kl" in fields:
-        extra["use_bias_correction_kl"] = False
-    extra.update(config)
+    for field, own in OWN_OPTIONS.items():
+        if field in config:
+            raise ValueError(f"GRPOConfig's {field} is the demo's {own}: give that instead")
+    group = config.get("num_generations", GROUP)
+    if episodes % (group * steps_per_generation):
+        raise ValueError(f"episodes must be a multiple of num_generations ({group}) x steps_per_generation")
+    # any other field given overrides the demo's own value (num_generations, max_completion_length...)
+    fixed: dict[str, Any] = dict(
+        output_dir=output_dir or _scratch(), report_to="none", use_cpu=True, num_generations=GROUP,
+        max_completion_length=MAX_NEW, logging_steps=1, save_strategy="no", dataloader_num_workers=0,
+        disable_tqdm=True, reward_weights=REWARD_WEIGHTS,
+        **({"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}),
+        **({"use_bias_correction_kl": False} if "use_bias_correction_kl" in fields else {}))
     args = GRPOConfig(
-        output_dir=output_dir or _scratch(), report_to="none", use_cpu=True,
-        bf16=bf16, per_device_train_batch_size=episodes // steps_per_generation, num_generations=GROUP,
+        bf16=bf16, per_device_train_batch_size=episodes // steps_per_generation,
         steps_per_generation=steps_per_generation, gradient_accumulation_steps=gradient_accumulation_steps,
-        num_iterations=num_iterations, max_completion_length=MAX_NEW, learning_rate=lr, beta=kl_coef or 0.0,
-        loss_type=loss_type, temperature=temperature, seed=seed, logging_steps=1, save_strategy="no",
-        dataloader_num_workers=0, disable_tqdm=True, reward_weights=REWARD_WEIGHTS, **extra)
+        num_iterations=num_iterations, learning_rate=lr, beta=kl_coef or 0.0,
+        loss_type=loss_type, temperature=temperature, seed=seed, **{**fixed, **config})
     rewards: list[Any] = [answer_reward, brevity_reward]   # TRL's RewardFunc returns list[float | None]
     # the policy as a fresh copy of the one loaded once per process (TRL loads its reference by name)
     with _reference_loads_remembered():
@@ -269,7 +279,8 @@ def inject(trainer, bug: str | None) -> None:
         rewards = trainer._calculate_rewards
 
         def misaligned(inputs, prompts, completions, completion_ids_list):
-            return rewards(inputs[GROUP:] + inputs[:GROUP], prompts, completions, completion_ids_list)
+            G = trainer.num_generations
+            return rewards(inputs[G:] + inputs[:G], prompts, completions, completion_ids_list)
         trainer._calculate_rewards = misaligned
     elif bug == "reward_weight_ignored":
         # the advantages formed from an unweighted sum of the reward functions (the shape of

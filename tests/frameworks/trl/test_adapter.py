@@ -199,7 +199,8 @@ def test_check_7_measures_a_tiny_update_instead_of_float32_cancellation():
 @pytest.mark.slow
 def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
     """--matrix builds one adapter per fault row from one import of the file: a module-level
-    monkeypatch in an adapter file is applied once, not stacked per row."""
+    monkeypatch in an adapter file is applied once, not stacked per row. (The other import is a
+    child's, which asks whether importing it starts threads.)"""
     log = tmp_path / "imports.log"
     (tmp_path / "counted.py").write_text(
         f"open({str(log)!r}, 'a').write('imported\\n')\nprint('module-level print')\n"
@@ -214,7 +215,7 @@ def test_matrix_imports_the_adapter_file_once_and_its_json_is_pure(tmp_path):
                            "ref_is_policy", "accum_unscaled", "sampler_temp", "eos_unmasked", "adv_renorm",
                            "reward_weight_ignored", "reward_misaligned", "ref_logp_untempered",
                            "items_count_truncated"]
-    assert log.read_text() == "imported\n"
+    assert log.read_text() == "imported\n" * 2
     assert not table["adv_sign"]["update raises log pi where A > 0"]["passed"]
 
 
@@ -266,3 +267,31 @@ def test_the_adapters_policy_copies_run_their_own_weights_on_every_path():
             for p in copied.parameters():
                 p.mul_(0.5)
         assert not torch.equal(copied(ids).logits, source(ids).logits)
+
+
+def test_a_batch_too_small_for_its_windows_is_checked_in_windows_trl_runs():
+    """`--episodes 8`: the dapo variant split a quarter of 2 rows into 4 micro-batches, two of them
+    empty: a FAIL raised in TRL's log-prob pass, on unmodified TRL."""
+    results = _run(episodes=8)
+    assert not [r.name for r in results.values() if r.failed]
+    assert _check(results, 6).value < Thresholds().accumulation
+
+
+def test_an_accumulation_window_longer_than_the_batch_passes_and_still_catches_stale_old_logps():
+    """gradient_accumulation_steps=3, two micro-batches a batch: the adapter's unequal micro-batches
+    failed check 6, and an update with no optimizer step inside it failed check 7 at 0."""
+    healthy = _run(gradient_accumulation_steps=3)
+    assert not [r.name for r in healthy.values() if r.failed]
+    assert _check(healthy, 7).value > 0
+    assert _check(_run(bug="old_logp_detached", gradient_accumulation_steps=3), 7).failed
+
+
+def test_a_config_field_the_demo_sets_itself_can_be_given_or_is_pointed_to_its_option():
+    """`--adapter-opt num_generations=2` reached GRPOConfig twice: a TypeError, exit 125."""
+    from rlbisect.frameworks.trl.adapter import demo
+    assert _run(num_generations=2, episodes=16)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        assert demo(num_generations=2).trainer.num_generations == 2
+        with pytest.raises(ValueError, match="learning_rate is the demo's lr="):
+            demo(learning_rate=0.1)

@@ -120,3 +120,50 @@ def test_variants_are_offered_and_built_with_the_same_fault():
     assert b.loss_type == "dapo" and b.trainer.args.gradient_accumulation_steps == 4
     assert b.trainer.args.per_device_train_batch_size == a.trainer.args.per_device_train_batch_size
     assert b._factory is not None and a.with_settings(temperature=0.7).trainer.temperature == 0.7
+
+
+@pytest.mark.slow
+def test_the_declaration_reads_the_config_past_the_trainers_copy_of_it():
+    """TRL copies GRPOConfig into trainer attributes; the declaration read those, so a fault in the
+    copy (epsilon_high left at epsilon) was declared too, and check 19 passed it."""
+    from rlbisect.frameworks.trl.adapter import GRPOAdapter
+    healthy = _demo(epsilon_high=0.28)
+    assert healthy.objective.clip_high == 0.28
+    with _quiet():
+        assert not sanity_checks(healthy)["loss = the declared objective"].failed
+        faulty = _demo(epsilon_high=0.28)
+        faulty.trainer.epsilon_high = faulty.trainer.epsilon_low
+        assert sanity_checks(GRPOAdapter(faulty.trainer, seed=1))["loss = the declared objective"].failed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opts,name", [
+    ({"top_p": 0.9}, "sampler = trainer log-prob"), ({"top_k": 5}, "sampler = trainer log-prob"),
+    ({"repetition_penalty": 1.2}, "sampler = trainer log-prob")])
+def test_a_setting_at_which_trl_breaks_an_identity_knowingly_is_declared_not_failed(opts, name):
+    """Unmodified TRL failed check 2 at these settings: truncated sampling beside full-vocabulary
+    training (trl#6789)."""
+    with _quiet():
+        results = sanity_checks(_demo(**opts))
+    assert results[name].by_design and not results[name].failed
+    assert results[name].value > 0.03                   # the identity does not hold: it is not silenced
+    assert not [r.name for r in results.values() if r.failed]
+
+
+def test_an_entropy_quantile_taken_per_micro_batch_is_declared():
+    """check 6 failed on unmodified TRL at top_entropy_quantile=0.2 (0.31), where the micro-batches'
+    quantiles cut other tokens than one pass's; where they cut the same ones it passes."""
+    from rlbisect.frameworks.trl.declared import ACCUMULATION, by_design
+    adapter = _demo(top_entropy_quantile=0.2)
+    assert "top_entropy_quantile" in by_design(adapter.trainer)[ACCUMULATION]
+    assert ACCUMULATION not in by_design(_demo().trainer)
+
+
+@pytest.mark.slow
+def test_a_synced_reference_is_declared_in_the_run_level_checks():
+    from rlbisect.check.run_level import run_checks
+    with _quiet():
+        results = run_checks(_demo(sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=1.0))
+    ref = results["reference log-probs = the starting policy's"]
+    assert ref.by_design and ref.value > 0.01
+    assert not [r.name for r in results.values() if r.failed]
