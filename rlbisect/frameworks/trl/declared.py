@@ -158,6 +158,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 #: gradient clip that binds.
 RUN_VARIANT: dict[str, Any] = {"temperature": 0.7, "num_iterations": 2, "lr_scheduler_type": "cosine",
                                "warmup_steps": 1, "max_grad_norm": 0.05,
-                               # dapo's normalizer over a generation batch of more micro-batches than
-                               # an accumulation window (its rescale by the two is 1 elsewhere)
-                               "loss_type": "dapo", "steps_per_generation": 4}
+                               # dapo's normalizer over an accumulation window longer than a generation
+                               # batch (its rescale by the two is 1 elsewhere), regenerating inside it
+                               "loss_type": "dapo", "gradient_accumulation_steps": 3}
