@@ -23,7 +23,8 @@ from .tasks import N_FIXES, make_tasks
 #: objective checks one at a time, the run-level checks all at once).
 VARIANTS = {
     "temperature 0.7, entropy bonus": {"temperature": 0.7, "entropy_coef": 0.01},
-    "KL k1": {"kl_coef": 0.1, "kl_kind": "k1"},
+    # a turn limit off the default: one the environment reads from a constant shows in checks 21-22
+    "KL k1, 4 turns": {"kl_coef": 0.1, "kl_kind": "k1", "max_turns": 4},
     "per-episode mean, 3 microbatches": {"loss_mode": "seq_mean_token_mean", "microbatches": 3},
     # a clip that binds: a gradient clipped per microbatch, not once before the step, shows in check 6
     "2 microbatches, clip 0.01": {"microbatches": 2, "max_grad_norm": 0.01},

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlbisect.check.context import worst
 from rlbisect.check.invariants import INVARIANTS
 from rlbisect.check.results import NotApplicable
 
@@ -54,25 +55,46 @@ def _environment(ctx):
     return ctx.cache["environment"]
 
 
+def _at_every_setting(ctx, count):
+    """``count(env)`` (the contract cases that do not hold, or NotApplicable) at the configured
+    setting and at each declared variant: a limit the environment reads from a constant instead
+    of its configuration holds at the default only."""
+    first = _environment(ctx)
+    if isinstance(first, NotApplicable):
+        return first
+    reasons: list[str] = []
+
+    def value(at):
+        got = count(_environment(at))
+        if isinstance(got, NotApplicable):
+            reasons.append(got.reason)
+            return None
+        return got
+    result = worst(ctx, value, lambda v: v == 0)
+    return NotApplicable(reasons[0]) if isinstance(result, NotApplicable) and reasons else result
+
+
 @INVARIANTS.register("malformed calls are rejected")
 def _malformed(ctx):
-    env = _environment(ctx)
-    if isinstance(env, NotApplicable):
-        return env
+    return _at_every_setting(ctx, _malformed_acted_on)
+
+
+def _malformed_acted_on(env) -> float:
     budget = getattr(env, "budget", None)
     acted_on = 0
     for task in range(TASKS):
         for action in env.malformed:
             played = env.play(task, [action])
             acted_on += (played.rejected < 1) + (budget is not None and played.calls != budget)
-    return float(acted_on), acted_on == 0
+    return float(acted_on)
 
 
 @INVARIANTS.register("reward only for a submitted solution")
 def _reward_contract(ctx):
-    env = _environment(ctx)
-    if isinstance(env, NotApplicable):
-        return env
+    return _at_every_setting(ctx, _contract_broken)
+
+
+def _contract_broken(env):
     unplayable = getattr(env, "unplayable", None)
     for task in range(TASKS):
         if unplayable is not None and (why := unplayable(env.solution(task) + [env.submit])):
@@ -85,4 +107,4 @@ def _reward_contract(ctx):
         broken += env.play(task, env.wrong(task) + [env.submit]).reward != 0
         if (exploit := getattr(env, "exploit", lambda task: None)(task)) is not None:
             broken += env.play(task, exploit + [env.submit]).reward != 0
-    return float(broken), broken == 0
+    return float(broken)

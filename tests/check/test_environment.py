@@ -65,13 +65,19 @@ def test_a_turn_limit_read_from_elsewhere_fails_the_budget(monkeypatch):
     monkeypatch.setattr(env_code.Env, "step", six_turns)
     res = sanity_checks(make_adapter(max_turns=4))
     assert res[REWARD].failed and res[MALFORMED].failed
+    res = sanity_checks(make_adapter())      # at the default (6 turns) the variant's 4 turns show it
+    assert res[REWARD].failed and res[REWARD].setting == "KL k1, 4 turns"
 
 
 @pytest.mark.parametrize("setting,why", [({"max_turns": 1}, "2 calls, max_turns is 1"),
                                          ({"max_call_tokens": 3}, "a call of 4 tokens, max_call_tokens is 3")])
 def test_a_setting_too_tight_for_the_scripted_solution_is_na_not_a_failure(setting, why):
-    """max_turns=1 failed check 22 on healthy code: the solution and its submit need two calls."""
-    res = sanity_checks(make_adapter(**setting))
+    """max_turns=1 failed check 22 on healthy code: the solution and its submit need two calls.
+    Where a variant's setting can play it, the check runs there."""
+    adapter = make_adapter(**setting)
+    assert not any(sanity_checks(adapter)[n].failed for n in (MALFORMED, REWARD))
+    adapter.variants = {}
+    res = sanity_checks(adapter)
     assert res[REWARD].na.endswith(why) and not res[MALFORMED].failed
 
 
