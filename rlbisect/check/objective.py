@@ -4,7 +4,7 @@
                                        the count of groups that mix tasks
    18 advantages = the declared estimator   prepare()'s advantages equal the declared estimator
                                        (``Objective.advantages``) of each row's own recorded reward:
-                                       max |difference|
+                                       max |difference|, at every setting
    19 loss = the declared objective    old log-probs set so the ratio spreads over [0.55, 1.8] (both
                                        clip bounds bind, for both advantage signs), the loss the
                                        trainer computes for a few rows equals the declared
@@ -53,11 +53,15 @@ def _declared(ctx):
 
 @INVARIANTS.register("advantages = the declared estimator")
 def _advantages(ctx):
-    spec = _declared(ctx)
-    if isinstance(spec, NotApplicable):
-        return spec
-    value = float((ctx.prep.advantages.double() - advantages_of(ctx.truth, spec)).abs().max())
-    return value, value < ctx.t.group_mean       # NaN fails
+    why = _declared(ctx)
+    if not any(at.offers.spec is not None for at in ctx.settings):
+        return why
+
+    def error(at) -> Optional[float]:
+        if at.offers.spec is None:
+            return None              # not declared at this setting: not checked there
+        return float((at.prep.advantages.double() - advantages_of(at.truth, at.offers.spec)).abs().max())
+    return worst(ctx, error, lambda v: v < ctx.t.group_mean)      # NaN fails
 
 
 def _seen_loss(ctx) -> dict:
@@ -114,7 +118,8 @@ def _objective(ctx):
         if got is None:
             return float("nan")      # the loss never showed the tap what it consumed
         value, grad = loss_identity(at.offers.spec, got["loss"], got["mask"], got["old_logp"], got["advantages"],
-                                    got.get("ref_logp"), got.get("logits"), got.get("targets"), got.get("logp"))
+                                    got.get("ref_logp"), got.get("logits"), got.get("targets"), got.get("logp"),
+                                    got.get("entropy"))
         return math.nan if math.isnan(value) or math.isnan(grad) else max(value, grad)   # max() drops a NaN
     return worst(ctx, error, lambda v: v < ctx.t.objective)
 

@@ -144,12 +144,12 @@ class Recorder:
 
     # -- the loss ------------------------------------------------------------------------------
     def _loss(self, rows, mask, old_logp, advantages, loss=None, ref_logp=None, logits=None, targets=None,
-              logp=None, normalizer=None) -> None:
+              logp=None, normalizer=None, entropy=None) -> None:
         seen = LossSeen(self.steps[-1].step if self.steps else -1)
         if self.spec is not None and loss is not None:
             seen.judged = True
             seen.value_err, seen.grad_err = loss_identity(self.spec, loss, mask, old_logp, advantages, ref_logp,
-                                                          logits, targets, logp)
+                                                          logits, targets, logp, entropy)
         truth = self._truth
         if truth is not None and not _same_batch(truth.owned, rows, mask):
             # the loss consumed another batch than the step sampled (the last step's?): nothing of
@@ -190,8 +190,12 @@ class Recorder:
     # -- optimizer steps -------------------------------------------------------------------------
     @contextmanager
     def watching(self) -> Iterator["Recorder"]:
-        """Every optimizer step in the block is recorded (:class:`OptSeen`)."""
+        """Every optimizer step in the block is recorded (:class:`OptSeen`), from the loop's first
+        sampled batch on or inside an evaluation: before it, the loop is still setting up (a starting
+        policy behaviour-cloned on a cold cache took 564 steps of its own and failed four checks)."""
         def before(optimizer, args, kwargs):
+            if not self.steps and self._eval_weights is None:
+                return
             params = [p for g in optimizer.param_groups for p in g["params"]]
             grads = [p.grad.detach().double().norm() for p in params if p.grad is not None]
             first = optimizer.state.get(params[0], {}) if params else {}
@@ -225,24 +229,28 @@ def advantages_of(truth, spec: Objective) -> torch.Tensor:
 
 
 def loss_identity(spec: Objective, loss: torch.Tensor, mask, old_logp, adv, ref_logp=None, logits=None,
-                  targets=None, logp=None) -> tuple[float, float]:
+                  targets=None, logp=None, entropy=None) -> tuple[float, float]:
     """(value error, gradient error) of the trainer's ``loss`` against the declared objective of the
     very tensors it consumed. The gradient is taken with respect to the policy's logits (or its
-    log-probs), without disturbing the trainer's graph."""
+    log-probs, and then the per-token ``entropy`` an entropy term consumed), without disturbing the
+    trainer's graph."""
     x = logits if logits is not None else logp
     if x is None or not x.requires_grad:
         return NAN, NAN
-    g_trainer = torch.autograd.grad(loss, x, retain_graph=True, allow_unused=True)[0]
-    if g_trainer is None:
-        g_trainer = torch.zeros_like(x)
-    mine = x.detach().clone().requires_grad_(True)
+    inputs = [x] + ([entropy] if logits is None and entropy is not None and entropy.requires_grad else [])
+    g_trainer = [torch.zeros_like(t) if g is None else g
+                 for t, g in zip(inputs, torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True))]
+    mine = [t.detach().clone().requires_grad_(True) for t in inputs]
     ours = objective_loss(spec, mask.detach(), old_logp.detach(), adv.detach(),
-                          logits=mine if logits is not None else None, targets=targets,
-                          logp=mine if logits is None else None,
-                          ref_logp=None if ref_logp is None else ref_logp.detach())
-    (g_ours,) = torch.autograd.grad(ours, mine)
+                          logits=mine[0] if logits is not None else None, targets=targets,
+                          logp=mine[0] if logits is None else None,
+                          ref_logp=None if ref_logp is None else ref_logp.detach(),
+                          entropy=mine[1] if len(mine) > 1 else None if entropy is None else entropy.detach())
+    g_ours = [torch.zeros_like(t) if g is None else g
+              for t, g in zip(mine, torch.autograd.grad(ours, mine, allow_unused=True))]
     value = abs(float(loss.detach()) - float(ours.detach())) / max(abs(float(ours.detach())), 1e-3)
-    grad = float((g_trainer - g_ours).norm() / g_ours.norm().clamp(min=1e-12))
+    diff = torch.cat([(a - b).flatten() for a, b in zip(g_trainer, g_ours)])
+    grad = float(diff.norm() / torch.cat([g.flatten() for g in g_ours]).norm().clamp(min=1e-12))
     return value, grad
 
 

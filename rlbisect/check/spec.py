@@ -46,8 +46,9 @@ class Objective:
     entropy_aggregation: Optional[Aggregation] = None   # None: as ``aggregation``
     temperature: float = 1.0
     #: group_mean_std: (r - group mean) / (group std + adv_eps); group_mean: r - group mean;
-    #: loo: r - mean of the others in the group (RLOO)
-    advantages: Literal["group_mean_std", "group_mean", "loo"] = "group_mean_std"
+    #: group_mean_batch_std: (r - group mean) / (std of the whole batch's rewards + adv_eps);
+    #: loo: r - mean of the others in the group (RLOO). Stds are unbiased (n - 1).
+    advantages: Literal["group_mean_std", "group_mean", "group_mean_batch_std", "loo"] = "group_mean_std"
     adv_eps: float = 1e-6
 
 
@@ -100,6 +101,8 @@ def advantages(rewards: torch.Tensor, group_size: int, spec: Objective) -> torch
         out = r - r.mean(-1, keepdim=True)
         if spec.advantages == "group_mean_std":
             out = out / (r.std(-1, keepdim=True) + spec.adv_eps)
+        elif spec.advantages == "group_mean_batch_std":
+            out = out / (r.std() + spec.adv_eps)
     return out.flatten()
 
 
@@ -127,10 +130,11 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str, sum_norm: f
 
 def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
                    logits: Optional[torch.Tensor] = None, targets: Optional[torch.Tensor] = None,
-                   logp: Optional[torch.Tensor] = None, ref_logp: Optional[torch.Tensor] = None) -> torch.Tensor:
+                   logp: Optional[torch.Tensor] = None, ref_logp: Optional[torch.Tensor] = None,
+                   entropy: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The declared loss of one forward pass, from the policy's raw (untempered) ``logits`` and the
     ``targets``, or from its log-probs ``logp`` when the logits are not offered (then the entropy
-    term cannot be formed: entropy_coef must be 0)."""
+    term needs the per-token ``entropy`` the trainer computed: a fused LM head offers no logits)."""
     scaled = None
     if logits is not None:
         assert targets is not None, "objective_loss's logits come with their targets"
@@ -146,9 +150,10 @@ def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, 
         kl = kl_estimate(logp, ref_logp, spec.kl_estimator)
         loss = loss + spec.kl_coef * aggregate(kl, mask, spec.kl_aggregation or spec.aggregation, spec.sum_norm)
     if spec.entropy_coef:
-        assert scaled is not None, "an entropy term needs the logits"
-        lp = torch.log_softmax(scaled, -1)
-        entropy = -(lp.exp() * lp).sum(-1)
+        if scaled is not None:
+            lp = torch.log_softmax(scaled, -1)
+            entropy = -(lp.exp() * lp).sum(-1)
+        assert entropy is not None, "an entropy term needs the logits or the per-token entropies"
         loss = loss - spec.entropy_coef * aggregate(entropy, mask, spec.entropy_aggregation or spec.aggregation,
                                                     spec.sum_norm)
     return loss

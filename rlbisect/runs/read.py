@@ -80,6 +80,17 @@ def number(value: object) -> float | None:
     return Odd(f"a {type(value).__name__}")
 
 
+def json_line(row: dict) -> str:
+    """A row as one line of strict JSON that :func:`read_rows` reads back as it was: a NaN or an
+    infinity is written as the string "NaN", "Infinity" or "-Infinity" (Python's json writes them
+    bare, which jq, JavaScript and most JSON readers refuse)."""
+    def strict(v: object) -> object:
+        if isinstance(v, float) and not math.isfinite(v):
+            return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+        return {k: strict(x) for k, x in v.items()} if isinstance(v, dict) else v
+    return json.dumps(strict(row), allow_nan=False)
+
+
 def flatten(obj: dict, prefix: str = "", depth: int = 0) -> dict[str, float]:
     """A row's values, nested objects flattened with "/" (see :func:`number`)."""
     if depth > MAX_DEPTH:

@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from rlbisect.runs.read import json_line
 
 #: Snapshots ``rlbisect train`` keeps (about 3 MB each).
 KEEP = 20
@@ -101,7 +102,7 @@ def train(s: TrainSettings, on_row: Callable[[dict], None] | None = None,
 
     def row_done(row: dict) -> None:
         if sink:
-            sink.write(json.dumps(row) + "\n")
+            sink.write(json_line(row) + "\n")
             sink.flush()
         result.rows.append(row)
         new = hook.hits[len(result.hits):]

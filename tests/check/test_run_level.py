@@ -121,3 +121,23 @@ def test_an_update_on_the_last_steps_batch_fails_the_batch_check_not_the_recorde
     res = run_checks(make_adapter())
     assert res["mask and advantages = the step's batch"].failed
     assert res["short runs complete"].passed
+
+
+def test_a_starting_policy_built_by_the_loop_on_a_cold_cache_is_not_the_runs_optimizer(monkeypatch):
+    """On a fresh machine TinyAgent's loop behaviour-clones its starting policy before it first samples,
+    with an optimizer of its own: those steps were counted as the run's, and four checks failed."""
+    import torch
+
+    import reference_trainer.base as base_code
+    make_base = base_code.make_base
+
+    def cloned_now(*args, **kwargs):
+        clone = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(clone.parameters(), lr=0.5)
+        for _ in range(3):
+            clone(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+        return make_base(*args, **kwargs)
+    monkeypatch.setattr(base_code, "make_base", cloned_now)
+    res = run_checks(make_adapter())
+    assert not any(r.failed for r in res.values()), [n for n, r in res.items() if r.failed]

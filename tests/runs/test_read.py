@@ -1,12 +1,13 @@
 """Reading any trainer's metrics file, renaming its keys, scoring runs, choosing the dashboard."""
 
+import json
 import math
 
 import pytest
 
 from rlbisect.errors import InputError
 from rlbisect.runs.judge import dashboard, score, scores
-from rlbisect.runs.read import parse_metric_map, read_rows, rename
+from rlbisect.runs.read import json_line, parse_metric_map, read_rows, rename
 
 
 def test_jsonl_rows_are_flattened_and_a_torn_last_line_is_ignored(tmp_path):
@@ -16,6 +17,21 @@ def test_jsonl_rows_are_flattened_and_a_torn_last_line_is_ignored(tmp_path):
     rows = read_rows(f)
     assert len(rows) == 2 and rows[0]["train/reward"] == 0.5 and rows[1]["train/reward"] == 0.7
     assert math.isnan(rows[0]["loss"]) and rows[0]["kl"] == math.inf
+
+
+def test_rows_are_written_as_strict_json_that_reads_back_as_it_was(tmp_path):
+    """``rlbisect train --out`` wrote a diverged step's NaN bare: no strict JSON reader takes it."""
+    row = {"step": 3, "loss": math.nan, "kl": math.inf, "low": -math.inf, "reward": 0.25, "sub": {"x": math.nan}}
+    line = json_line(row)
+
+    def refuse(constant):
+        raise ValueError(constant)
+    assert json.loads(line, parse_constant=refuse)["loss"] == "NaN"   # no bare NaN or Infinity
+    f = tmp_path / "m.jsonl"
+    f.write_text(line + "\n")
+    back = read_rows(f)[0]
+    assert math.isnan(back["loss"]) and math.isnan(back["sub/x"]) and not hasattr(back["loss"], "what")
+    assert (back["kl"], back["low"], back["reward"], back["step"]) == (math.inf, -math.inf, 0.25, 3)
 
 
 def test_values_that_are_not_numbers_are_kept_as_evidence_with_what_they_were(tmp_path):

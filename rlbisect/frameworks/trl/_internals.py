@@ -162,12 +162,13 @@ def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss,
               normalizer: Callable = lambda inputs: None) -> Iterator[None]:
     """`_compute_loss` and `_get_per_token_logps_and_entropies` observed, to read the ratio the loss
     formed (TRL logs only clip fractions): `seen` gets (logps, old or None, mask) per call, and
-    `tap("loss", rows=, mask=, old_logp=, advantages=, ref_logp=, logp=, loss=)` (if given,
+    `tap("loss", rows=, mask=, old_logp=, advantages=, ref_logp=, logp=, entropy=, loss=)` (if given,
     rlbisect.check.observe) is shown, after each call on a micro-batch that carries `ROW`, what it
     was handed: its mask (`completion_mask * tool_mask`), the old log-probs it uses
     (`inputs["old_per_token_logps"]`, or when absent its fallback `per_token_logps.detach()`),
     `inputs["advantages"]`, `inputs["ref_per_token_logps"]` as TRL stored them (when its KL term is
-    on), its log-probs `per_token_logps` (still on the graph), `shown_loss(its loss, inputs)` and
+    on), its log-probs `per_token_logps` and `entropies` (both still on the graph: a loss that uses
+    entropies it should not shows), `shown_loss(its loss, inputs)` and
     `normalizer(inputs)`: the token count its loss divides by, stated for the generation batch.
     Read at `_compute_loss`, i.e. after `compute_loss` and anything a subclass does there; the model
     is scored as the trainer's policy (:func:`as_policy`)."""
@@ -181,7 +182,7 @@ def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss,
         current["inputs"] = inputs
         with as_policy(trainer, model):
             loss = compute(model, inputs)
-        logp, old = current.pop("logp", None), inputs.get("old_per_token_logps")
+        logp, old, entropy = current.pop("logp", None), inputs.get("old_per_token_logps"), current.pop("entropy", None)
         current.clear()
         if logp is not None:
             seen.append((logp.detach(), old, loss_mask(inputs)))
@@ -189,13 +190,13 @@ def observing(trainer, seen: list, tap=None, shown_loss: Callable = lambda loss,
                 tap("loss", rows=rows, mask=loss_mask(inputs), old_logp=logp.detach() if old is None else old,
                     advantages=inputs["advantages"], logp=logp, loss=shown_loss(loss, inputs),
                     ref_logp=inputs.get("ref_per_token_logps") if trainer.beta != 0.0 else None,
-                    normalizer=normalizer(inputs))
+                    normalizer=normalizer(inputs), entropy=entropy)
         return loss
 
     def observed_logps(*args, **kwargs):
         out = logps_fn(*args, **kwargs)
         if "inputs" in current and "logp" not in current and out[0].requires_grad:
-            current["logp"] = out[0]          # the first with a graph: the policy's, in `_compute_loss`
+            current["logp"], current["entropy"] = out[0], out[1]   # the first with a graph: the policy's
         return out
 
     with patched(trainer, _compute_loss=observed_compute, _get_per_token_logps_and_entropies=observed_logps):

@@ -70,7 +70,7 @@ class GRPOAdapter:
                                          by_design=declared.by_design(trainer))
         self._factory, self._key = factory, key if key is not None else id(trainer)   # key: the settings
         self.with_settings = self._with_settings if factory is not None else None
-        self.variants = dict(variants if variants is not None else declared.VARIANTS) if factory else {}
+        self.variants = dict(variants if variants is not None else declared.variants(trainer)) if factory else {}
         self.run_variant = declared.RUN_VARIANT if self.variants else None
         if factory is not None:      # short runs of GRPOTrainer.train() on fresh trainers (run.py)
             self.train_run = types.MethodType(run.train_run, self)

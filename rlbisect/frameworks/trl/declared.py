@@ -11,7 +11,9 @@ The objective is TRL 1.16's `_compute_loss` (trl/trainer/grpo_trainer.py) stated
     dapo        as grpo                                     token sum / the window's token count (a
                                                             token mean when one micro-batch is the window)
     + beta * k3(logp, ref_logp) per token, before aggregating (so aggregated as the policy term)
-    advantages  (r - group mean) / (group std + 1e-4) (scale_rewards="group"), r - group mean ("none")
+    - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo)
+    advantages  (r - group mean) / (group std + 1e-4) (scale_rewards="group"), r - group mean ("none"),
+                (r - group mean) / (the generation batch's std + 1e-4) ("batch")
 
 Where the loss cannot be stated in `Objective` the declaration keeps only its kind ("ppo-clip" for
 the clipped loss types, else the loss type) with the reason (:func:`objective`): then checks 18-20
@@ -28,7 +30,9 @@ from rlbisect.check.spec import Objective
 PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
 OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
 AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean"}
+ENTROPY_BESIDE = {"grpo", "bnpo"}      # divided by the accumulation alone, as TRL's entropy bonus is
 ADV_EPS = 1e-4            # `advantages / (std_rewards + 1e-4)` in _generate_and_score_completions
+ADVANTAGES: dict[str, Any] = {"group": "group_mean_std", "none": "group_mean", "batch": "group_mean_batch_std"}
 
 ACCUMULATION = "accumulated = one-pass gradient"
 GROUP_LOCAL = "advantages depend only on their own group"
@@ -74,14 +78,16 @@ def objective(trainer) -> "tuple[Objective | str, str]":
     if setting(trainer, "use_vllm", default=False) and setting(trainer, "vllm_importance_sampling_correction",
                                                                default=False):
         why.append("vLLM importance-sampling correction (no Objective field)")
-    if entropy_bonus(trainer):
-        why.append("the entropy bonus acts on entropies TRL's fused LM head computes beside the log-probs; "
-                   "the loss tap cannot show them (no `entropy` in the tap and in objective_loss)")
+    if setting(trainer, "use_adaptive_entropy", default=False):
+        why.append("use_adaptive_entropy (a coefficient its controller moves between steps: no Objective field)")
+    elif entropy_bonus(trainer) and lt not in ENTROPY_BESIDE:
+        why.append(f"the entropy bonus beside {lt!r}'s window normalizer (a token mean over each micro-batch "
+                   "beside a token sum over the window: no one Objective aggregation in a run)")
     if beta != 0.0 and getattr(args, "use_bias_correction_kl", False):
         why.append("use_bias_correction_kl (the KL term times the importance ratio: no Objective field)")
     scale = _scale(trainer)
-    if scale not in ("group", "none"):
-        why.append(f"scale_rewards={scale!r} (group mean over batch std: no Objective.advantages value)")
+    if scale not in ADVANTAGES:
+        why.append(f"scale_rewards={scale!r} (no Objective.advantages value)")
     if setting(trainer, "multi_objective_aggregation", default="sum_then_normalize") != "sum_then_normalize":
         why.append("multi_objective_aggregation='normalize_then_sum' (no Objective.advantages value)")
     if why:
@@ -91,7 +97,9 @@ def objective(trainer) -> "tuple[Objective | str, str]":
     return Objective(kind="ppo-clip", clip_low=low, clip_high=low if high is None else float(high),
                      aggregation=AGGREGATION[lt], kl_coef=beta, kl_estimator="k3",  # type: ignore[arg-type]
                      temperature=float(setting(trainer, "temperature")),
-                     advantages="group_mean_std" if scale == "group" else "group_mean", adv_eps=ADV_EPS), ""
+                     entropy_coef=float(setting(trainer, "entropy_coef", default=0.0) or 0.0),
+                     entropy_aggregation="token_mean",
+                     advantages=ADVANTAGES[scale], adv_eps=ADV_EPS), ""
 
 
 def _scale(trainer) -> Any:
@@ -101,9 +109,9 @@ def _scale(trainer) -> Any:
 
 def by_design(trainer) -> dict[str, str]:
     """The checks this trainer fails on purpose, each with TRL's reason."""
-    out = {}
-    if setting(trainer, "loss_type") in PER_MICROBATCH:
-        out[ACCUMULATION] = PER_MICROBATCH[setting(trainer, "loss_type")]
+    out, lt = {}, setting(trainer, "loss_type")
+    if lt in PER_MICROBATCH:
+        out[ACCUMULATION] = PER_MICROBATCH[lt]
     if _scale(trainer) == "batch" or \
             setting(trainer, "multi_objective_aggregation", default="sum_then_normalize") != "sum_then_normalize":
         out[GROUP_LOCAL] = ("TRL scales advantages by the whole batch's reward std (scale_rewards='batch', or "
@@ -142,20 +150,29 @@ def truncated_sampling(trainer) -> str:
 
 
 #: Settings at which every identity still holds, for the demo trainer (`demo(**settings)`): the
-#: step-0 checks that run at every setting (6, 19, 20) exercise them. One variant holding them all
+#: step-0 checks that run at every setting (6, 18, 19, 20) exercise them. One variant holding them all
 #: (each variant costs a trainer and a scoring of the probe batch): temperature != 1 reaches the
 #: temperature TRL bakes into each model's fused LM head (the stored reference log-probs included),
 #: dapo another aggregation and its window normalizer over 4 accumulated micro-batches, and DAPO's
-#: clip-higher an upper clip bound of its own (at the default the two bounds are one). (bnpo and an
-#: entropy bonus fail check 6 by design, so they are settings to check at, not variants.)
+#: clip-higher an upper clip bound of its own (at the default the two bounds are one), batch-scaled
+#: advantages the other branch of TRL's advantage code (check 18 runs at every setting too). An
+#: entropy bonus fails check 6 by design over several micro-batches (bnpo too), so it has a variant
+#: of one micro-batch, where check 19 states the bonus. A release without a variant's field skips it.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "temperature 0.7, dapo, 4 micro-batches, clip-higher 0.28": {
-        "temperature": 0.7, "loss_type": "dapo", "gradient_accumulation_steps": 4, "epsilon_high": 0.28},
+    "temperature 0.7, dapo, 4 micro-batches, clip-higher 0.28, batch-scaled advantages": {
+        "temperature": 0.7, "loss_type": "dapo", "gradient_accumulation_steps": 4, "epsilon_high": 0.28,
+        "scale_rewards": "batch"},
+    "entropy bonus 0.05, one micro-batch": {"entropy_coef": 0.05, "gradient_accumulation_steps": 1},
 }
 
-#: The run-level checks' off-default run (two optimizer steps on one generation batch, so the second
-#: uses stored old log-probs): temperature != 1, a cosine schedule after one warmup step, and a
-#: gradient clip that binds.
+
+def variants(trainer) -> dict[str, dict[str, Any]]:
+    """The :data:`VARIANTS` whose every field this TRL's config has."""
+    return {label: s for label, s in VARIANTS.items() if all(hasattr(trainer.args, k) for k in s)}
+
+#: The run-level checks' off-default run (two iterations per generation batch, so later passes use
+#: stored old log-probs): temperature != 1, a cosine schedule after one warmup step, and a gradient
+#: clip that binds.
 RUN_VARIANT: dict[str, Any] = {"temperature": 0.7, "num_iterations": 2, "lr_scheduler_type": "cosine",
                                "warmup_steps": 1, "max_grad_norm": 0.05,
                                # dapo's normalizer over an accumulation window longer than a generation

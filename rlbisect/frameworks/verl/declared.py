@@ -96,7 +96,7 @@ def by_design(s: dict) -> dict[str, str]:
     return out
 
 
-#: Settings at which every identity still holds for the demo: checks 6, 19, 20 run at it too. One
+#: Settings at which every identity still holds for the demo: checks 6, 18, 19, 20 run at it too. One
 #: variant holding them all: temperature != 1 (verl scales the logits in `prepare_model_outputs`),
 #: an entropy bonus, the k1 KL estimator, another aggregation, and dynamic batch size with a token
 #: budget that splits the rows into micro-batches of unequal sizes.

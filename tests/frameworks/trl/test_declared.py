@@ -44,7 +44,7 @@ def test_the_objective_is_read_from_the_configuration(loss_type, aggregation):
               scale_rewards="none")
     assert a.objective == Objective(kind="ppo-clip", clip_low=0.3, clip_high=0.28, aggregation=aggregation,
                                     kl_coef=0.05, kl_estimator="k3", temperature=0.9, advantages="group_mean",
-                                    adv_eps=1e-4)
+                                    adv_eps=1e-4, entropy_aggregation="token_mean")
     assert a.objective_why == ""
 
 
@@ -52,15 +52,61 @@ def test_the_objective_is_read_from_the_configuration(loss_type, aggregation):
 @pytest.mark.parametrize("opts,why", [
     ({"loss_type": "dr_grpo"}, "dr_grpo divides by rows x max_completion_length"),
     ({"loss_type": "cispo"}, "its own objective"),
-    ({"entropy_coef": 0.3}, "entropy bonus"),
+    ({"entropy_coef": 0.3, "loss_type": "dapo"}, "entropy bonus beside 'dapo'"),
+    ({"use_adaptive_entropy": True}, "use_adaptive_entropy"),
     ({"use_bias_correction_kl": True}, "use_bias_correction_kl"),
-    ({"scale_rewards": "batch"}, "scale_rewards='batch'"),
+    ({"multi_objective_aggregation": "normalize_then_sum"}, "normalize_then_sum"),
     ({"importance_sampling_level": "sequence"}, "sequence-level ratio"),
 ])
 def test_what_objective_cannot_state_stays_a_kind_with_its_reason(opts, why):
     a = _demo(**opts)
     assert isinstance(a.objective, str) and why in a.objective_why
     assert a.variants == {}        # a variant would inherit the unstated setting
+
+
+@pytest.mark.slow
+def test_batch_scaled_advantages_are_declared_and_checked_at_the_default_through_the_variant(monkeypatch):
+    """scale_rewards='batch' divides by the generation batch's reward std. That branch is not taken at
+    the default, so check 18 also runs at the variant, which takes it: a batch std taken over the
+    group means instead (a fault in TRL's own source) fails there, and at that setting itself."""
+    import trl.trainer.grpo_trainer as grpo
+    name = "advantages = the declared estimator"
+    a = _demo(scale_rewards="batch")
+    assert a.objective.advantages == "group_mean_batch_std" and a.objective_why == ""
+    healthy = _checks()
+    assert healthy[name].passed and not healthy[name].na and healthy[name].value < 1e-5
+    assert _checks(scale_rewards="batch")[name].passed
+    std = grpo.nanstd
+
+    def std_of_group_means(x, *args, **kwargs):
+        if x.dim() == 1 and not args and not kwargs:      # the whole batch's std, batch scaling only
+            return std(x.view(-1, 4).mean(1))
+        return std(x, *args, **kwargs)
+    monkeypatch.setattr(grpo, "nanstd", std_of_group_means)
+    faulty = _checks()
+    assert faulty[name].failed and "batch-scaled" in faulty[name].setting and faulty[name].value > 0.01
+    assert _checks(scale_rewards="batch")[name].failed
+
+
+@pytest.mark.slow
+def test_the_entropy_bonus_is_declared_and_its_sign_checked_at_the_default_through_the_variant(monkeypatch):
+    """TRL's bonus acts on the entropies its fused LM head computes, which the tap did not show, so
+    the objective was left as a kind: a bonus with the wrong sign passed every check. The tap now
+    shows them; the variant of one micro-batch holds a bonus, so the default check sees it."""
+    from trl import GRPOTrainer
+    name = "loss = the declared objective"
+    a = _demo(entropy_coef=0.3)
+    assert a.objective.entropy_coef == 0.3 and a.objective.entropy_aggregation == "token_mean"
+    assert _checks()[name].passed and _checks(entropy_coef=0.3)[name].passed
+    init = GRPOTrainer.__init__
+
+    def flipped(self, *args, **kwargs):       # a bonus that rewards low entropy
+        init(self, *args, **kwargs)
+        self.entropy_coef = -self.entropy_coef
+    monkeypatch.setattr(GRPOTrainer, "__init__", flipped)
+    faulty = _checks()
+    assert faulty[name].failed and faulty[name].setting.startswith("entropy bonus") and faulty[name].value > 0.1
+    assert _checks(entropy_coef=0.3)[name].failed
 
 
 @pytest.mark.slow
@@ -115,7 +161,8 @@ def test_settings_that_change_the_objective_on_purpose_pass(opts, name, why):
 @pytest.mark.slow
 def test_variants_are_offered_and_built_with_the_same_fault():
     a = _demo(bug="adv_sign")
-    (label,) = a.variants
+    label, entropy = a.variants
+    assert a.with_settings(**a.variants[entropy]).objective.entropy_coef == 0.05
     b = a.with_settings(**a.variants[label])
     assert b.loss_type == "dapo" and b.trainer.args.gradient_accumulation_steps == 4
     assert b.trainer.args.per_device_train_batch_size == a.trainer.args.per_device_train_batch_size
