@@ -34,13 +34,20 @@ def _over_losses(recs: Sequence[Record], field: str) -> list[float]:
     return [getattr(seen, field) for rec in recs for seen in rec.losses]
 
 
-def judge(recs: Sequence[Record], specs: Sequence[Optional[RunSpec]], t: Thresholds, offers: Any) -> dict[str, CheckResult]:
-    """Every identity over the recorded runs (``recs[i]`` declared by ``specs[i]``)."""
+def judge(recs: Sequence[Record], specs: Sequence[Optional[RunSpec]], t: Thresholds, offers: Any,
+          later: str = "") -> dict[str, CheckResult]:
+    """Every identity over the recorded runs (``recs[i]`` declared by ``specs[i]``). A check that
+    fails over them all and not over the first run alone names ``later`` (the other runs'
+    setting) as where it failed: a fault off the defaults reads as one."""
+    def result(name: str, got: Found) -> CheckResult:
+        return (CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable)
+                else CheckResult(name, float(got[0]), bool(got[1])))
     out = {}
     for name, fn in CHECKS.items():
-        got = fn(recs, specs, t, offers)
-        out[name] = (CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable)
-                     else CheckResult(name, float(got[0]), bool(got[1]))).excused(offers.capabilities.by_design)
+        r = result(name, fn(recs, specs, t, offers))
+        if r.failed and len(recs) > 1 and not result(name, fn(recs[:1], specs[:1], t, offers)).failed:
+            r.setting = later
+        out[name] = r.excused(offers.capabilities.by_design)
     return out
 
 
@@ -83,9 +90,8 @@ def _consumed(recs, specs, t, offers) -> Found:
         return mask
     # a token-summed loss's divisor, where the trainer shows it: miscounted tokens join the mask's
     wrong = mask[0] + max([v for v in _over_losses(recs, "norm_wrong") if v == v], default=0.0)
-    if offers.spec is None:     # the advantages need a declared estimator: the mask alone
-        return wrong, wrong == 0
-    adv = _worst(_over_losses(recs, "adv_err"))
+    # the advantages need a declared estimator (a run at a setting stated as a kind has none)
+    adv = _worst([seen.adv_err for rec in recs for seen in rec.losses if seen.declared])
     return _worst([wrong, adv]), wrong == 0 and adv < t.group_mean
 
 

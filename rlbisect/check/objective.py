@@ -30,6 +30,7 @@ from rlbisect.check.adapter import Prepared
 from rlbisect.check.invariants import FLAT, INVARIANTS, worst
 from rlbisect.check.observe import advantages_of, loss_identity
 from rlbisect.check.results import NotApplicable
+from rlbisect.check.spec import STATED
 
 RATIO_SPREAD = 0.6   # |log ratio| up to 0.6: ratios from 0.55 to 1.8, past a 0.2 clip on both sides
 
@@ -97,8 +98,8 @@ def _needs_tap(ctx):
     spec = _declared(ctx)
     if isinstance(spec, NotApplicable):
         return spec
-    if spec.kind != "ppo-clip":
-        return NotApplicable(f"the objective is {spec.kind}: only PPO's clipped surrogate is declared exactly")
+    if spec.kind not in STATED:
+        return NotApplicable(f"the objective is {spec.kind}: only {', '.join(STATED)} are stated exactly")
     if not ctx.offers.tap_in_loss:
         return NotApplicable("the adapter's loss() takes no `tap`, so what it consumes cannot be seen")
     if ctx.flat:     # the probe loss is taken over rows with A != 0, and there are none
@@ -112,7 +113,7 @@ def _objective(ctx):
         return why
 
     def error(at) -> Optional[float]:
-        if at.offers.spec is None or at.offers.spec.kind != "ppo-clip":
+        if at.offers.spec is None or at.offers.spec.kind not in STATED:
             return None              # not declared exactly at this setting: not checked there
         got = _seen_loss(at)["seen"]
         if got is None:

@@ -49,6 +49,7 @@ class LossSeen:
     ref_err: float = NAN     # max |consumed reference log-prob - the initial policy's| on trained positions
     norm_wrong: float = NAN  # |token count a token-summed loss divides by - the step's trained tokens|
     judged: bool = False     # the loss value was shown and compared with the declared objective
+    declared: bool = False   # its run declared an objective (adv_err was measured)
 
 
 @dataclass
@@ -166,6 +167,7 @@ class Recorder:
             sampled = at_sampling[rows]
             seen.old_err = _max_abs(old_logp.detach() - sampled, on)
             if self.spec is not None:
+                seen.declared = True
                 declared = advantages_of(truth, self.spec)[rows]
                 seen.adv_err = float((advantages.detach().double() - declared).abs().max())
             if ref_logp is not None:

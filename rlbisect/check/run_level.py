@@ -172,7 +172,8 @@ def finish(adapter: Any, main: Main, quiet: "list[dict] | Exception", variant: V
     assert main.record is not None and main.rows is not None
     runs = [(main.record, main.spec), *([variant] if variant is not None else [])]
     offers = Offers.of(adapter)
-    out = loop.judge([r for r, _ in runs], [s for _, s in runs], thresholds or Thresholds(), offers)
+    later = "run B: " + ", ".join(f"{k}={v}" for k, v in (offers.run_variant or {}).items())
+    out = loop.judge([r for r, _ in runs], [s for _, s in runs], thresholds or Thresholds(), offers, later)
     out[RAN] = CheckResult(RAN, 0.0, True)
     out.update(_repeatable(main.rows, quiet, lambda: _watched(adapter, offers.capabilities, seed, 1)[1]))
     if not main.record.evals:

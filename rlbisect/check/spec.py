@@ -30,8 +30,11 @@ class Objective:
     with r = exp(logp - old_logp) and logp = log softmax(logits / temperature)[target]. Each ``agg``
     is over the rows handed to the loss: ``token_mean`` (every trained token alike),
     ``seq_mean_token_mean`` (every episode alike) or ``token_sum`` divided by ``sum_norm`` (Dr.
-    GRPO's constant). ``kind`` other than "ppo-clip" means another objective: its exact identities
-    are not checked (n/a), only the ones that hold for any policy gradient.
+    GRPO's constant). Two other policy terms are stated (:data:`STATED`): ``kind="cispo"``,
+    -sg(min(r, clip_high)) A logp (CISPO: the importance weight capped at clip_high itself and
+    detached), and ``kind="sapo"``, -sigmoid(tau (r - 1)) 4 / tau A with tau = sapo_tau_pos where
+    A > 0, else sapo_tau_neg (SAPO's soft gate). Any other ``kind`` is another objective: its exact
+    identities are not checked (n/a), only the ones that hold for any policy gradient.
     """
 
     kind: str = "ppo-clip"
@@ -50,6 +53,12 @@ class Objective:
     #: loo: r - mean of the others in the group (RLOO). Stds are unbiased (n - 1).
     advantages: Literal["group_mean_std", "group_mean", "group_mean_batch_std", "loo"] = "group_mean_std"
     adv_eps: float = 1e-6
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+
+
+#: The kinds whose policy term :func:`objective_loss` states exactly (checks 18-20 apply).
+STATED = ("ppo-clip", "cispo", "sapo")
 
 
 @dataclass(frozen=True)
@@ -143,8 +152,14 @@ def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, 
     assert logp is not None, "objective_loss needs logits and targets, or logp"
     ratio = (logp - old_logp).exp()
     a = adv[:, None].to(logp.dtype)
-    clipped = ratio.clamp(1 - spec.clip_low, 1 + spec.clip_high)
-    loss = aggregate(-torch.min(ratio * a, clipped * a), mask, spec.aggregation, spec.sum_norm)
+    if spec.kind == "cispo":
+        per_token = -ratio.clamp(max=spec.clip_high).detach() * a * logp
+    elif spec.kind == "sapo":
+        tau = torch.where(a > 0, spec.sapo_tau_pos, spec.sapo_tau_neg)
+        per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a
+    else:
+        per_token = -torch.min(ratio * a, ratio.clamp(1 - spec.clip_low, 1 + spec.clip_high) * a)
+    loss = aggregate(per_token, mask, spec.aggregation, spec.sum_norm)
     if spec.kl_coef:
         assert ref_logp is not None, "a KL term needs the reference log-probs"
         kl = kl_estimate(logp, ref_logp, spec.kl_estimator)

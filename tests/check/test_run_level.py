@@ -49,6 +49,11 @@ def test_each_check_fails_on_its_faults(checked, check, bug):
     assert not checked(bug)[check].passed, checked(bug)[check]
 
 
+def test_a_fault_at_the_configured_setting_names_no_other(checked):
+    assert checked("optimizer_per_step")["optimizer state persists across steps"].failed
+    assert checked("optimizer_per_step")["optimizer state persists across steps"].setting == ""
+
+
 def test_a_run_that_raises_fails_with_what_it_raised(checked):
     res = checked("adv_no_eps")
     assert res["short runs complete"].detail.startswith("the trainer's loop raised RuntimeError")
@@ -93,6 +98,9 @@ def test_an_epoch_count_the_loop_never_reads_fails_the_optimizer_check(monkeypat
     res = run_checks(make_adapter())
     assert res["optimizer = the configured one"].failed
     assert res["optimizer = the configured one"].value == 6      # run B: 2 steps x 3 minibatches fewer
+    # run A has one epoch, so only run B shows it, and the result says where
+    assert res["optimizer = the configured one"].setting.startswith("run B: ") and "epochs=2" in \
+        res["optimizer = the configured one"].setting
 
 
 def test_an_optimizer_option_nobody_configured_fails(monkeypatch):

@@ -46,9 +46,13 @@ def require_trl(trainer=None) -> str:
     was read against is tried, with a warning; a trainer lacking a member every probe point needs
     is a clear "cannot run" error (feature detection, not a version pin)."""
     try:
+        import huggingface_hub.constants as hub
         import trl
     except ImportError:
         raise ImportError("rlbisect.frameworks.trl.adapter needs TRL: pip install 'rlbisect[trl]'") from None
+    # the checks fork beside the trainer: a child building a trainer waited forever on the telemetry
+    # queue's lock, held by the parent's telemetry thread at the fork (a check sends nothing anyway)
+    hub.HF_HUB_DISABLE_TELEMETRY = True
     from packaging.version import InvalidVersion, Version
     version = imported_version(trl)
     try:
@@ -58,8 +62,7 @@ def require_trl(trainer=None) -> str:
     if newer:
         warnings.warn(f"TRL {version} is newer than {READ}, which rlbisect's reaches into GRPOTrainer "
                       "were read against: trying it (a check whose member is gone says n/a)", stacklevel=2)
-    gone = missing(trainer) if trainer is not None else []
-    if gone:
+    if gone := missing(trainer) if trainer is not None else []:
         raise RuntimeError(f"rlbisect cannot run on TRL {version}: its GRPOTrainer lacks {', '.join(gone)}, "
                            "which every probe point needs (rlbisect/frameworks/trl/_internals.py)")
     return version
@@ -239,8 +242,7 @@ def training_step(trainer, model, inputs: dict) -> torch.Tensor:
         trainer._step = step
 
 
-def one_pass_loss(trainer, model, inputs: dict) -> torch.Tensor:
-    """`compute_loss` as `training_step` calls it, without the backward."""
+def one_pass_loss(trainer, model, inputs: dict) -> torch.Tensor:   # training_step without the backward
     with trainer.compute_loss_context_manager():
         return trainer.compute_loss(model, inputs)
 

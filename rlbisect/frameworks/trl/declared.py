@@ -10,8 +10,10 @@ The objective is TRL 1.16's `_compute_loss` (trl/trainer/grpo_trainer.py) stated
     bnpo        as grpo                                     token mean over the micro-batch
     dapo        as grpo                                     token sum / the window's token count (a
                                                             token mean when one micro-batch is the window)
+    cispo       -sg(min(r, eps_high)) A logp               as dapo
+    sapo        -sigmoid(tau (r - 1)) 4 / tau A (tau by A's sign)   as grpo
     + beta * k3(logp, ref_logp) per token, before aggregating (so aggregated as the policy term)
-    - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo)
+    - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo, sapo)
     advantages  (r - group mean) / (group std + 1e-4) (scale_rewards="group"), r - group mean ("none"),
                 (r - group mean) / (the generation batch's std + 1e-4) ("batch")
 
@@ -29,8 +31,9 @@ from rlbisect.check.spec import Objective
 # TRL's loss types whose objective is PPO's clipped surrogate (check 10 applies to these)
 PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
 OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
-AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean"}
-ENTROPY_BESIDE = {"grpo", "bnpo"}      # divided by the accumulation alone, as TRL's entropy bonus is
+AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "cispo": "token_mean",
+               "sapo": "seq_mean_token_mean"}
+ENTROPY_BESIDE = {"grpo", "bnpo", "sapo"}   # divided by the accumulation alone, as TRL's entropy bonus is
 ADV_EPS = 1e-4            # `advantages / (std_rewards + 1e-4)` in _generate_and_score_completions
 ADVANTAGES: dict[str, Any] = {"group": "group_mean_std", "none": "group_mean", "batch": "group_mean_batch_std"}
 
@@ -94,12 +97,14 @@ def objective(trainer) -> "tuple[Objective | str, str]":
         return kind, "; ".join(why)
     low = float(setting(trainer, "epsilon", "epsilon_low"))
     high = setting(trainer, "epsilon_high")      # None in the config: the same as epsilon (TRL's docs)
-    return Objective(kind="ppo-clip", clip_low=low, clip_high=low if high is None else float(high),
+    return Objective(kind=kind, clip_low=low, clip_high=low if high is None else float(high),
                      aggregation=AGGREGATION[lt], kl_coef=beta, kl_estimator="k3",  # type: ignore[arg-type]
                      temperature=float(setting(trainer, "temperature")),
                      entropy_coef=float(setting(trainer, "entropy_coef", default=0.0) or 0.0),
                      entropy_aggregation="token_mean",
-                     advantages=ADVANTAGES[scale], adv_eps=ADV_EPS), ""
+                     advantages=ADVANTAGES[scale], adv_eps=ADV_EPS,
+                     sapo_tau_pos=float(setting(trainer, "sapo_temperature_pos", default=1.0)),
+                     sapo_tau_neg=float(setting(trainer, "sapo_temperature_neg", default=1.05))), ""
 
 
 def _scale(trainer) -> Any:
@@ -157,12 +162,16 @@ def truncated_sampling(trainer) -> str:
 #: clip-higher an upper clip bound of its own (at the default the two bounds are one), batch-scaled
 #: advantages the other branch of TRL's advantage code (check 18 runs at every setting too). An
 #: entropy bonus fails check 6 by design over several micro-batches (bnpo too), so it has a variant
-#: of one micro-batch, where check 19 states the bonus. A release without a variant's field skips it.
+#: of one micro-batch, where check 19 states the bonus, at SAPO (whose soft gate is another policy
+#: term). A release without a variant's field skips that variant.
 VARIANTS: dict[str, dict[str, Any]] = {
     "temperature 0.7, dapo, 4 micro-batches, clip-higher 0.28, batch-scaled advantages": {
         "temperature": 0.7, "loss_type": "dapo", "gradient_accumulation_steps": 4, "epsilon_high": 0.28,
         "scale_rewards": "batch"},
-    "entropy bonus 0.05, one micro-batch": {"entropy_coef": 0.05, "gradient_accumulation_steps": 1},
+    "sapo, entropy bonus 0.05, one micro-batch": {"loss_type": "sapo", "entropy_coef": 0.05,
+                                                  "gradient_accumulation_steps": 1},
+    # CISPO's weight capped where it binds nowhere in check 19's ratios: the weight's gradient shows
+    "cispo, weights capped at 5": {"loss_type": "cispo", "epsilon_high": 5.0},
 }
 
 

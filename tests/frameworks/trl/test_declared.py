@@ -36,6 +36,46 @@ def _checks(**opts):
         return sanity_checks(adapter)
 
 
+def _trl_edited(monkeypatch, old: str, new: str) -> None:
+    """GRPOTrainer with one line of TRL's own source changed (a fault written into TRL, as a
+    regression would be), for every trainer the demo builds while ``monkeypatch`` holds."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    import trl
+    import trl.trainer.grpo_trainer as original
+    source = pathlib.Path(original.__file__).read_text()
+    assert source.count(old) == 1, old
+    spec = importlib.util.spec_from_loader("trl.trainer._edited_grpo_trainer", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__, module.__file__ = "trl.trainer", original.__file__
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    exec(compile(source.replace(old, new), original.__file__, "exec"), module.__dict__)
+    monkeypatch.setattr(trl, "GRPOTrainer", module.GRPOTrainer)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type,opts,old,new", [
+    ("cispo", {"epsilon_high": 5.0}, "clamped_ratios = torch.clamp(coef_1, max=self.epsilon_high).detach()",
+     "clamped_ratios = torch.clamp(coef_1, max=self.epsilon_high)"),
+    ("sapo", {}, "torch.where(advantages > 0, self.args.sapo_temperature_pos, self.args.sapo_temperature_neg)",
+     "torch.where(advantages > 0, self.args.sapo_temperature_neg, self.args.sapo_temperature_pos)"),
+])
+def test_cispo_and_sapo_are_stated_and_a_fault_in_trls_source_fails_check_19(monkeypatch, loss_type, opts, old, new):
+    """CISPO's importance weight must be detached and SAPO's two temperatures go by the advantage's
+    sign; both objectives were left as kinds, so either fault passed every check."""
+    name = "loss = the declared objective"
+    a = _demo(loss_type=loss_type, **opts)
+    assert a.objective.kind == loss_type and a.objective_why == ""
+    assert _checks(loss_type=loss_type, **opts)[name].passed
+    _trl_edited(monkeypatch, old, new)
+    faulty = _checks(loss_type=loss_type, **opts)
+    assert faulty[name].failed and faulty[name].value > 0.1
+    at_default = _checks()[name]                       # through the variant that plays it
+    assert at_default.failed and at_default.setting.startswith(loss_type)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("loss_type,aggregation", [("grpo", "seq_mean_token_mean"), ("bnpo", "token_mean"),
                                                    ("dapo", "token_mean")])
@@ -51,7 +91,7 @@ def test_the_objective_is_read_from_the_configuration(loss_type, aggregation):
 @pytest.mark.slow
 @pytest.mark.parametrize("opts,why", [
     ({"loss_type": "dr_grpo"}, "dr_grpo divides by rows x max_completion_length"),
-    ({"loss_type": "cispo"}, "its own objective"),
+    ({"loss_type": "vespo"}, "its own objective"),
     ({"entropy_coef": 0.3, "loss_type": "dapo"}, "entropy bonus beside 'dapo'"),
     ({"use_adaptive_entropy": True}, "use_adaptive_entropy"),
     ({"use_bias_correction_kl": True}, "use_bias_correction_kl"),
@@ -105,7 +145,7 @@ def test_the_entropy_bonus_is_declared_and_its_sign_checked_at_the_default_throu
         self.entropy_coef = -self.entropy_coef
     monkeypatch.setattr(GRPOTrainer, "__init__", flipped)
     faulty = _checks()
-    assert faulty[name].failed and faulty[name].setting.startswith("entropy bonus") and faulty[name].value > 0.1
+    assert faulty[name].failed and "entropy bonus" in faulty[name].setting and faulty[name].value > 0.1
     assert _checks(entropy_coef=0.3)[name].failed
 
 
@@ -161,8 +201,10 @@ def test_settings_that_change_the_objective_on_purpose_pass(opts, name, why):
 @pytest.mark.slow
 def test_variants_are_offered_and_built_with_the_same_fault():
     a = _demo(bug="adv_sign")
-    label, entropy = a.variants
+    label, entropy, cispo = a.variants
+    assert a.with_settings(**a.variants[cispo]).objective.kind == "cispo"
     assert a.with_settings(**a.variants[entropy]).objective.entropy_coef == 0.05
+    assert a.with_settings(**a.variants[entropy]).objective.kind == "sapo"
     b = a.with_settings(**a.variants[label])
     assert b.loss_type == "dapo" and b.trainer.args.gradient_accumulation_steps == 4
     assert b.trainer.args.per_device_train_batch_size == a.trainer.args.per_device_train_batch_size
