@@ -230,6 +230,12 @@ def advantages_of(truth, spec: Objective) -> torch.Tensor:
     return advantages(truth.rewards, truth.group_size, spec)
 
 
+def _grads(out: torch.Tensor, wrt: list, retain_graph: bool = False) -> list:
+    """d out / d each of ``wrt``, zeros where ``out`` does not depend on it."""
+    got = torch.autograd.grad(out, wrt, retain_graph=retain_graph, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(wrt, got)]
+
+
 def loss_identity(spec: Objective, loss: torch.Tensor, mask, old_logp, adv, ref_logp=None, logits=None,
                   targets=None, logp=None, entropy=None) -> tuple[float, float]:
     """(value error, gradient error) of the trainer's ``loss`` against the declared objective of the
@@ -239,17 +245,17 @@ def loss_identity(spec: Objective, loss: torch.Tensor, mask, old_logp, adv, ref_
     x = logits if logits is not None else logp
     if x is None or not x.requires_grad:
         return NAN, NAN
-    inputs = [x] + ([entropy] if logits is None and entropy is not None and entropy.requires_grad else [])
-    g_trainer = [torch.zeros_like(t) if g is None else g
-                 for t, g in zip(inputs, torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True))]
+    entropy = entropy if logits is None else None        # with logits, the objective forms its own
+    inputs = [x] + ([entropy] if entropy is not None and entropy.requires_grad else [])
+    g_trainer = _grads(loss, inputs, retain_graph=True)
     mine = [t.detach().clone().requires_grad_(True) for t in inputs]
+    if entropy is not None:
+        entropy = mine[1] if len(mine) > 1 else entropy.detach()
     ours = objective_loss(spec, mask.detach(), old_logp.detach(), adv.detach(),
                           logits=mine[0] if logits is not None else None, targets=targets,
                           logp=mine[0] if logits is None else None,
-                          ref_logp=None if ref_logp is None else ref_logp.detach(),
-                          entropy=mine[1] if len(mine) > 1 else None if entropy is None else entropy.detach())
-    g_ours = [torch.zeros_like(t) if g is None else g
-              for t, g in zip(mine, torch.autograd.grad(ours, mine, allow_unused=True))]
+                          ref_logp=None if ref_logp is None else ref_logp.detach(), entropy=entropy)
+    g_ours = _grads(ours, mine)
     value = abs(float(loss.detach()) - float(ours.detach())) / max(abs(float(ours.detach())), 1e-3)
     diff = torch.cat([(a - b).flatten() for a, b in zip(g_trainer, g_ours)])
     grad = float(diff.norm() / torch.cat([g.flatten() for g in g_ours]).norm().clamp(min=1e-12))
