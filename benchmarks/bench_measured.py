@@ -3,7 +3,9 @@
 Simulated part (default): 64-commit histories whose runs are independent draws (seeds never
 matched), the culprit uniform in 1..64. Rows: the metric lower by 0.5, 1, 2 and 4 seed spreads
 with normal seeds; 1 and 2 spreads with heavy-tailed seeds (Student t, 3 degrees of freedom, unit
-standard deviation); the spread doubled with the mean unchanged. Every tool sees the same
+standard deviation); the spread doubled with the mean unchanged; the spread doubled and the mean
+0.8 spreads lower (TinyAgent's ``accum_local``: a model that assumes one spread for both sides
+names wrong commits there). Every tool sees the same
 histories and the same draw for the n-th run at a commit:
 
 * ``measured``: ``--flaky`` on the numbers (:mod:`rlbisect.bisect.measured`), and its rounds with
@@ -58,7 +60,8 @@ from rlbisect.runs.stats import Rule   # noqa: E402
 
 ROWS = {"normal 0.5": ("normal", 0.5), "normal 1": ("normal", 1.0), "normal 2": ("normal", 2.0),
         "normal 4": ("normal", 4.0), "heavy 1": ("heavy", 1.0), "heavy 2": ("heavy", 2.0),
-        "spread x2": ("spread", 0.0)}
+        "spread x2": ("spread", 0.0),
+        "spread x2 lower 0.8": ("both", 0.8)}
 N, BUDGET, STEP, SEED = 64, 600, 0.0, 7
 
 
@@ -77,7 +80,7 @@ class History:
             rng = np.random.default_rng([self.seed, pos, j])
             x = rng.standard_t(3) / np.sqrt(3) if self.kind == "heavy" else rng.normal()
             bad = pos >= self.culprit
-            x = 2 * x if self.kind == "spread" and bad else x - (self.shift if bad else 0)
+            x = 2 * x - self.shift if self.kind in ("spread", "both") and bad else x - (self.shift if bad else 0)
             self.draws[pos, j] = float(np.round(x / STEP) * STEP) if STEP else x   # a metric with levels
         return self.draws[pos, j]
 
