@@ -1,11 +1,12 @@
 """The checks on unmodified TRL over a settings grid: every cell must pass (target: 0 failures).
 
 Factors: loss_type x mask_truncated_completions x entropy_coef x beta x scale_rewards x
-importance_sampling_level x (num_iterations, steps_per_generation) x gradient_accumulation_steps. The
-full product is thousands of cells at ~1-3 s each, so the grid is sampled: every level of every
-factor alone (the others at the demo's default), then a seeded random sample of the product; the
-output says how many cells of how many. Each cell runs the step-0 checks (with the variants the
-adapter offers there); ``--runs`` adds the run-level checks (real `trainer.train()` steps).
+importance_sampling_level x (num_iterations, steps_per_generation) x gradient_accumulation_steps x
+top_entropy_quantile. The full product is thousands of cells at ~1-3 s each, so the grid is
+sampled: every level of every factor alone (the others at the demo's default), then a seeded random
+sample of the product; the output says how many cells of how many. Each cell runs the step-0
+checks (with the variants the adapter offers there); ``--runs`` adds the run-level checks (real
+`trainer.train()` steps).
 
 `--only FACTOR=V1,V2` keeps those levels of a factor (the grid then is that slice, e.g. the loss types
 that divide by a stored token count: `--only loss_type=dapo,cispo,vespo`).
@@ -35,6 +36,7 @@ FACTORS: dict[str, list] = {
     "importance_sampling_level": ["token", "sequence"],
     "iterations/spg": [(1, 2), (2, 2), (1, 4)],
     "gradient_accumulation_steps": [2, 4],
+    "top_entropy_quantile": [1.0, 0.8],
 }
 
 

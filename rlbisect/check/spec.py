@@ -55,6 +55,10 @@ class Objective:
     adv_eps: float = 1e-6
     sapo_tau_pos: float = 1.0
     sapo_tau_neg: float = 1.05
+    #: below 1: the policy term and the entropy bonus only on the trained tokens whose entropy is at
+    #: or above the (1 - this) quantile of the pass's trained tokens' (torch.quantile's), the others
+    #: still counted in the aggregation's denominators (TRL's top_entropy_quantile)
+    top_entropy_quantile: float = 1.0
 
 
 #: The kinds whose policy term :func:`objective_loss` states exactly (checks 18-20 apply).
@@ -150,6 +154,9 @@ def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, 
         scaled = logits / spec.temperature
         logp = torch.log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     assert logp is not None, "objective_loss needs logits and targets, or logp"
+    if scaled is not None and (spec.entropy_coef or spec.top_entropy_quantile < 1):
+        lp = torch.log_softmax(scaled, -1)
+        entropy = -(lp.exp() * lp).sum(-1)
     ratio = (logp - old_logp).exp()
     a = adv[:, None].to(logp.dtype)
     if spec.kind == "cispo":
@@ -159,16 +166,28 @@ def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, 
         per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a
     else:
         per_token = -torch.min(ratio * a, ratio.clamp(1 - spec.clip_low, 1 + spec.clip_high) * a)
+    kept = mask
+    if spec.top_entropy_quantile < 1:
+        assert entropy is not None, "an entropy quantile needs the logits or the per-token entropies"
+        kept = mask * high_entropy(entropy.detach(), mask, spec.top_entropy_quantile)
+        per_token = per_token * kept
     loss = aggregate(per_token, mask, spec.aggregation, spec.sum_norm)
     if spec.kl_coef:
         assert ref_logp is not None, "a KL term needs the reference log-probs"
         kl = kl_estimate(logp, ref_logp, spec.kl_estimator)
         loss = loss + spec.kl_coef * aggregate(kl, mask, spec.kl_aggregation or spec.aggregation, spec.sum_norm)
     if spec.entropy_coef:
-        if scaled is not None:
-            lp = torch.log_softmax(scaled, -1)
-            entropy = -(lp.exp() * lp).sum(-1)
         assert entropy is not None, "an entropy term needs the logits or the per-token entropies"
-        loss = loss - spec.entropy_coef * aggregate(entropy, mask, spec.entropy_aggregation or spec.aggregation,
+        loss = loss - spec.entropy_coef * aggregate(entropy, kept, spec.entropy_aggregation or spec.aggregation,
                                                     spec.sum_norm)
     return loss
+
+
+def high_entropy(entropy: torch.Tensor, mask: torch.Tensor, top: float) -> torch.Tensor:
+    """1 on the trained tokens whose entropy is at or above the ``1 - top`` quantile of all trained
+    tokens' entropies, taken in float32 (ties kept), else 0; all 0 when nothing is trained."""
+    on = mask > 0
+    if not bool(on.any()):
+        return torch.zeros_like(mask)
+    cut = torch.quantile(entropy[on].float(), 1 - top)
+    return ((entropy.float() * on.float() >= cut) & on).to(mask.dtype)

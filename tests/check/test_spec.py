@@ -68,3 +68,26 @@ def test_terms_aggregate_as_declared():
     assert entropy.item() == pytest.approx(-math.log(5))          # uniform over 5 tokens
     with pytest.raises(AssertionError, match="entropy term needs the logits"):
         objective_loss(Objective(entropy_coef=1.0), mask, old, zero, logp=old)
+
+
+def test_an_entropy_quantile_trains_only_the_high_entropy_tokens():
+    """top_entropy_quantile 0.5 over four trained tokens of entropies 1..4 (the padded fifth ignored):
+    the quantile at 0.5 is 2.5, so the tokens of entropy 3 and 4 carry the policy term and the bonus,
+    and the denominator still counts all four."""
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    entropy = torch.tensor([[3.0, 1.0, 4.0, 2.0, 9.0]])
+    old = torch.zeros(1, 5)
+    logp = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5]]).log().requires_grad_()    # ratios 0.1..0.5, unclipped below
+    spec = Objective(clip_low=0.95, clip_high=0.95, top_entropy_quantile=0.5)
+    loss = objective_loss(spec, mask, old, torch.tensor([1.0]), logp=logp, entropy=entropy)
+    assert loss.item() == pytest.approx(-(0.1 + 0.3) / 4)
+    loss.backward()
+    assert [g != 0 for g in logp.grad[0].tolist()] == [True, False, True, False, False]
+    bonus = objective_loss(Objective(entropy_coef=1.0, top_entropy_quantile=0.5), mask, old, torch.tensor([0.0]),
+                           logp=logp.detach(), entropy=entropy)
+    assert bonus.item() == pytest.approx(-(3 + 4) / 2)
+    every = objective_loss(Objective(clip_low=0.95, clip_high=0.95), mask, old, torch.tensor([1.0]),
+                           logp=logp.detach(), entropy=entropy)
+    assert every.item() == pytest.approx(-(0.1 + 0.2 + 0.3 + 0.4) / 4)
+    with pytest.raises(AssertionError, match="entropy quantile needs"):
+        objective_loss(spec, mask, old, torch.tensor([1.0]), logp=logp.detach())

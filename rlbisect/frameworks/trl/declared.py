@@ -14,6 +14,8 @@ The objective is TRL 1.16's `_compute_loss` (trl/trainer/grpo_trainer.py) stated
     sapo        -sigmoid(tau (r - 1)) 4 / tau A (tau by A's sign)   as grpo
     + beta * k3(logp, ref_logp) per token, before aggregating (so aggregated as the policy term)
     - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo, sapo)
+    top_entropy_quantile < 1: the policy term (and the bonus) only on the tokens at or above the
+                entropy quantile of the micro-batch's trained tokens
     advantages  (r - group mean) / (group std + 1e-4) (scale_rewards="group"), r - group mean ("none"),
                 (r - group mean) / (the generation batch's std + 1e-4) ("batch")
 
@@ -74,8 +76,6 @@ def objective(trainer) -> "tuple[Objective | str, str]":
         why.append("importance_sampling_level='sequence' (a sequence-level ratio: no Objective field)")
     if getattr(args, "delta", None) is not None:
         why.append("delta (two-sided clipping: no Objective field)")
-    if setting(trainer, "top_entropy_quantile", default=1.0) < 1.0:
-        why.append("top_entropy_quantile < 1 (a high-entropy token mask: no Objective field)")
     if setting(trainer, "off_policy_mask_threshold") is not None:
         why.append("off_policy_mask_threshold (a sequence mask: no Objective field)")
     if setting(trainer, "use_vllm", default=False) and setting(trainer, "vllm_importance_sampling_correction",
@@ -104,7 +104,8 @@ def objective(trainer) -> "tuple[Objective | str, str]":
                      entropy_aggregation="token_mean",
                      advantages=ADVANTAGES[scale], adv_eps=ADV_EPS,
                      sapo_tau_pos=float(setting(trainer, "sapo_temperature_pos", default=1.0)),
-                     sapo_tau_neg=float(setting(trainer, "sapo_temperature_neg", default=1.05))), ""
+                     sapo_tau_neg=float(setting(trainer, "sapo_temperature_neg", default=1.05)),
+                     top_entropy_quantile=float(setting(trainer, "top_entropy_quantile", default=1.0))), ""
 
 
 def _scale(trainer) -> Any:
@@ -163,13 +164,15 @@ def truncated_sampling(trainer) -> str:
 #: advantages the other branch of TRL's advantage code (check 18 runs at every setting too). An
 #: entropy bonus fails check 6 by design over several micro-batches (bnpo too), so it has a variant
 #: of one micro-batch, where check 19 states the bonus, at SAPO (whose soft gate is another policy
-#: term). A release without a variant's field skips that variant.
+#: term), training on the top 80% of tokens by entropy (a quantile per micro-batch, by design over
+#: several; at 0.5 a quantile taken at q rather than 1 - q would cut the same tokens). A release
+#: without a variant's field skips that variant.
 VARIANTS: dict[str, dict[str, Any]] = {
     "temperature 0.7, dapo, 4 micro-batches, clip-higher 0.28, batch-scaled advantages": {
         "temperature": 0.7, "loss_type": "dapo", "gradient_accumulation_steps": 4, "epsilon_high": 0.28,
         "scale_rewards": "batch"},
-    "sapo, entropy bonus 0.05, one micro-batch": {"loss_type": "sapo", "entropy_coef": 0.05,
-                                                  "gradient_accumulation_steps": 1},
+    "sapo, entropy bonus 0.05, top 80% entropy tokens, one micro-batch": {
+        "loss_type": "sapo", "entropy_coef": 0.05, "top_entropy_quantile": 0.8, "gradient_accumulation_steps": 1},
 }
 
 

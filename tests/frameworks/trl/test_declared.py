@@ -83,6 +83,24 @@ def test_cispo_and_sapo_are_stated_and_a_fault_in_trls_source_fails_check_19(mon
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("old,new", [
+    ("entropy_mask = masked_entropies >= entropy_threshold", "entropy_mask = masked_entropies <= entropy_threshold"),
+    ("self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)",
+     "self.get_high_entropy_mask(entropies, mask, self.top_entropy_quantile)")])
+def test_the_entropy_quantile_is_stated_and_a_fault_in_trls_mask_fails_at_the_default(monkeypatch, old, new):
+    """top_entropy_quantile trains only the high-entropy tokens; it was left as a kind, so a mask that
+    kept the low-entropy tokens instead, or a quantile taken at q rather than 1 - q, passed every check."""
+    name = "loss = the declared objective"
+    a = _demo(top_entropy_quantile=0.8)
+    assert a.objective.top_entropy_quantile == 0.8 and a.objective_why == ""
+    assert _checks(top_entropy_quantile=0.8)[name].passed and _checks()[name].passed
+    _trl_edited(monkeypatch, old, new)
+    assert _checks(top_entropy_quantile=0.8)[name].failed
+    at_default = _checks()[name]
+    assert at_default.failed and "top 80% entropy tokens" in at_default.setting and at_default.value > 0.01
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type,aggregation", [("grpo", "seq_mean_token_mean"), ("bnpo", "token_mean"),
                                                    ("dapo", "token_mean")])
 def test_the_objective_is_read_from_the_configuration(loss_type, aggregation):
