@@ -16,7 +16,7 @@ from typing import Literal, Optional
 
 import torch
 
-Aggregation = Literal["token_mean", "seq_mean_token_mean", "token_sum"]
+Aggregation = Literal["token_mean", "seq_mean_token_mean", "token_sum", "seq_mean_token_sum"]
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,9 @@ class Objective:
 
     with r = exp(logp - old_logp) and logp = log softmax(logits / temperature)[target]. Each ``agg``
     is over the rows handed to the loss: ``token_mean`` (every trained token alike),
-    ``seq_mean_token_mean`` (every episode alike) or ``token_sum`` divided by ``sum_norm`` (Dr.
-    GRPO's constant). Two other policy terms are stated (:data:`STATED`): ``kind="cispo"``,
+    ``seq_mean_token_mean`` (every episode alike), ``token_sum`` divided by ``sum_norm``, or
+    ``seq_mean_token_sum``, the token sum over the rows handed to the loss divided by their count
+    and by ``sum_norm`` (Dr. GRPO's: rows x a fixed length). Two other policy terms are stated (:data:`STATED`): ``kind="cispo"``,
     -sg(min(r, clip_high)) A logp (CISPO: the importance weight capped at clip_high itself and
     detached), and ``kind="sapo"``, -sigmoid(tau (r - 1)) 4 / tau A with tau = sapo_tau_pos where
     A > 0, else sapo_tau_neg (SAPO's soft gate). Any other ``kind`` is another objective: its exact
@@ -138,6 +139,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str, sum_norm: f
         return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
     if how == "token_sum":
         return (per_token * mask).sum() / sum_norm
+    if how == "seq_mean_token_sum":
+        return (per_token * mask).sum(-1).mean() / sum_norm
     raise ValueError(f"unknown aggregation {how!r}")
 
 

@@ -64,6 +64,9 @@ def test_terms_aggregate_as_declared():
     episode = objective_loss(Objective(kl_coef=1.0, kl_estimator="k1", aggregation="seq_mean_token_mean"),
                              mask, old, zero, logits=logits, targets=targets, ref_logp=ref)
     assert token.item() == pytest.approx(16 / 4) and episode.item() == pytest.approx((2 + 10) / 2)
+    dr_grpo = objective_loss(Objective(kl_coef=1.0, kl_estimator="k1", aggregation="seq_mean_token_sum", sum_norm=3.0),
+                             mask, old, zero, logits=logits, targets=targets, ref_logp=ref)
+    assert dr_grpo.item() == pytest.approx((6 + 10) / 2 / 3)       # each row's token sum, their mean, / 3
     entropy = objective_loss(Objective(entropy_coef=1.0), mask, old, zero, logits=logits, targets=targets)
     assert entropy.item() == pytest.approx(-math.log(5))          # uniform over 5 tokens
     with pytest.raises(AssertionError, match="entropy term needs the logits"):

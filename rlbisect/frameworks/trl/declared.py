@@ -12,8 +12,9 @@ The objective is TRL 1.16's `_compute_loss` (trl/trainer/grpo_trainer.py) stated
                                                             token mean when one micro-batch is the window)
     cispo       -sg(min(r, eps_high)) A logp               as dapo
     sapo        -sigmoid(tau (r - 1)) 4 / tau A (tau by A's sign)   as grpo
+    dr_grpo     as grpo                                     token sum / (rows x max_completion_length)
     + beta * k3(logp, ref_logp) per token, before aggregating (so aggregated as the policy term)
-    - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo, sapo)
+    - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo, sapo, dr_grpo)
     top_entropy_quantile < 1: the policy term (and the bonus) only on the tokens at or above the
                 entropy quantile of the micro-batch's trained tokens
     advantages  (r - group mean) / (group std + 1e-4) (scale_rewards="group"), r - group mean ("none"),
@@ -34,8 +35,8 @@ from rlbisect.check.spec import Objective
 PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
 OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
 AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "cispo": "token_mean",
-               "sapo": "seq_mean_token_mean"}
-ENTROPY_BESIDE = {"grpo", "bnpo", "sapo"}   # divided by the accumulation alone, as TRL's entropy bonus is
+               "sapo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum"}
+ENTROPY_BESIDE = {"grpo", "bnpo", "sapo", "dr_grpo"}   # divided by the accumulation alone, as TRL's bonus is
 ADV_EPS = 1e-4            # `advantages / (std_rewards + 1e-4)` in _generate_and_score_completions
 ADVANTAGES: dict[str, Any] = {"group": "group_mean_std", "none": "group_mean", "batch": "group_mean_batch_std"}
 
@@ -69,9 +70,7 @@ def objective(trainer) -> "tuple[Objective | str, str]":
     why = []
     if lt not in AGGREGATION:
         why.append(f"loss_type {lt!r} ({'its own objective' if lt not in PPO_CLIP else 'its normalizer'} "
-                   "has no Objective field)" if lt != "dr_grpo" else
-                   "dr_grpo divides by rows x max_completion_length, a per-call constant "
-                   "(Objective.sum_norm is one number)")
+                   "has no Objective field)")
     if setting(trainer, "importance_sampling_level", default="token") != "token":
         why.append("importance_sampling_level='sequence' (a sequence-level ratio: no Objective field)")
     if getattr(args, "delta", None) is not None:
@@ -99,6 +98,7 @@ def objective(trainer) -> "tuple[Objective | str, str]":
     high = setting(trainer, "epsilon_high")      # None in the config: the same as epsilon (TRL's docs)
     return Objective(kind=kind, clip_low=low, clip_high=low if high is None else float(high),
                      aggregation=AGGREGATION[lt], kl_coef=beta, kl_estimator="k3",  # type: ignore[arg-type]
+                     sum_norm=float(setting(trainer, "max_completion_length")) if lt == "dr_grpo" else 1.0,
                      temperature=float(setting(trainer, "temperature")),
                      entropy_coef=float(setting(trainer, "entropy_coef", default=0.0) or 0.0),
                      entropy_aggregation="token_mean",

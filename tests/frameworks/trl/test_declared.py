@@ -102,19 +102,33 @@ def test_the_entropy_quantile_is_stated_and_a_fault_in_trls_mask_fails_at_the_de
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loss_type,aggregation", [("grpo", "seq_mean_token_mean"), ("bnpo", "token_mean"),
-                                                   ("dapo", "token_mean")])
+                                                   ("dapo", "token_mean"), ("dr_grpo", "seq_mean_token_sum")])
 def test_the_objective_is_read_from_the_configuration(loss_type, aggregation):
     a = _demo(loss_type=loss_type, kl_coef=0.05, temperature=0.9, epsilon=0.3, epsilon_high=0.28,
               scale_rewards="none")
+    length = float(a.trainer.args.max_completion_length) if loss_type == "dr_grpo" else 1.0
     assert a.objective == Objective(kind="ppo-clip", clip_low=0.3, clip_high=0.28, aggregation=aggregation,
                                     kl_coef=0.05, kl_estimator="k3", temperature=0.9, advantages="group_mean",
-                                    adv_eps=1e-4, entropy_aggregation="token_mean")
+                                    adv_eps=1e-4, entropy_aggregation="token_mean", sum_norm=length)
     assert a.objective_why == ""
 
 
 @pytest.mark.slow
+def test_dr_grpos_normalizer_is_stated_and_a_fault_in_it_fails_check_19(monkeypatch):
+    """Dr. GRPO divides the token sum by rows x max_completion_length; it was left as a kind, so a
+    normalizer that left out max_completion_length (a step that many times too large) passed every
+    check."""
+    name = "loss = the declared objective"
+    healthy = _checks(loss_type="dr_grpo", entropy_coef=0.3)
+    assert healthy[name].passed and not healthy[name].na
+    _trl_edited(monkeypatch, "loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * self.max_completion_length)",
+                "loss = (per_token_loss * mask).sum() / per_token_loss.size(0)")
+    faulty = _checks(loss_type="dr_grpo")
+    assert faulty[name].failed and faulty[name].value > 0.1
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("opts,why", [
-    ({"loss_type": "dr_grpo"}, "dr_grpo divides by rows x max_completion_length"),
     ({"loss_type": "vespo"}, "its own objective"),
     ({"entropy_coef": 0.3, "loss_type": "dapo"}, "entropy bonus beside 'dapo'"),
     ({"use_adaptive_entropy": True}, "use_adaptive_entropy"),
