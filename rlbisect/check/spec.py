@@ -31,11 +31,15 @@ class Objective:
     is over the rows handed to the loss: ``token_mean`` (every trained token alike),
     ``seq_mean_token_mean`` (every episode alike), ``token_sum`` divided by ``sum_norm``, or
     ``seq_mean_token_sum``, the token sum over the rows handed to the loss divided by their count
-    and by ``sum_norm`` (Dr. GRPO's: rows x a fixed length). Two other policy terms are stated (:data:`STATED`): ``kind="cispo"``,
-    -sg(min(r, clip_high)) A logp (CISPO: the importance weight capped at clip_high itself and
-    detached), and ``kind="sapo"``, -sigmoid(tau (r - 1)) 4 / tau A with tau = sapo_tau_pos where
-    A > 0, else sapo_tau_neg (SAPO's soft gate). Any other ``kind`` is another objective: its exact
-    identities are not checked (n/a), only the ones that hold for any policy gradient.
+    and by ``sum_norm`` (Dr. GRPO's: rows x a fixed length). Three other policy terms are stated
+    (:data:`STATED`): ``kind="cispo"``, -sg(min(r, clip_high)) A logp (CISPO: the importance weight
+    capped at clip_high itself and detached), ``kind="sapo"``, -sigmoid(tau (r - 1)) 4 / tau A with
+    tau = sapo_tau_pos where A > 0, else sapo_tau_neg (SAPO's soft gate), and ``kind="vespo"``,
+    -sg(phi(w)) A logp with w the sequence's ratio (its trained tokens' log-ratios summed, each
+    clamped to [-20, 20], the sum to [log 1e-8, 20]) and phi(w) = exp(lam + k log w - lam w),
+    (k, lam) = vespo_pos where A >= 0, else vespo_neg (VESPO's gamma weight, 1 at w = 1). Any other
+    ``kind`` is another objective: its exact identities are not checked (n/a), only the ones that
+    hold for any policy gradient.
     """
 
     kind: str = "ppo-clip"
@@ -56,6 +60,8 @@ class Objective:
     adv_eps: float = 1e-6
     sapo_tau_pos: float = 1.0
     sapo_tau_neg: float = 1.05
+    vespo_pos: tuple[float, float] = (2.0, 3.0)    # (k, lambda) where A >= 0
+    vespo_neg: tuple[float, float] = (3.0, 2.0)    # (k, lambda) where A < 0
     #: below 1: the policy term and the entropy bonus only on the trained tokens whose entropy is at
     #: or above the (1 - this) quantile of the pass's trained tokens' (torch.quantile's), the others
     #: still counted in the aggregation's denominators (TRL's top_entropy_quantile)
@@ -63,7 +69,7 @@ class Objective:
 
 
 #: The kinds whose policy term :func:`objective_loss` states exactly (checks 18-20 apply).
-STATED = ("ppo-clip", "cispo", "sapo")
+STATED = ("ppo-clip", "cispo", "sapo", "vespo")
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,8 @@ def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, 
     elif spec.kind == "sapo":
         tau = torch.where(a > 0, spec.sapo_tau_pos, spec.sapo_tau_neg)
         per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a
+    elif spec.kind == "vespo":
+        per_token = -gamma_weight(spec, (logp - old_logp).detach(), mask, a) * a * logp
     else:
         per_token = -torch.min(ratio * a, ratio.clamp(1 - spec.clip_low, 1 + spec.clip_high) * a)
     kept = mask
@@ -184,6 +192,16 @@ def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, 
         loss = loss - spec.entropy_coef * aggregate(entropy, kept, spec.entropy_aggregation or spec.aggregation,
                                                     spec.sum_norm)
     return loss
+
+
+def gamma_weight(spec: Objective, log_ratio: torch.Tensor, mask: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """VESPO's per-sequence weight phi(w) (see :class:`Objective`), shape (rows, 1); 0 where it overflows."""
+    log_w = (log_ratio.clamp(-20.0, 20.0) * mask.to(log_ratio.dtype)).sum(-1, keepdim=True)
+    log_w = log_w.clamp(math.log(1e-8), 20.0)
+    pos = a >= 0
+    k = torch.where(pos, spec.vespo_pos[0], spec.vespo_neg[0])
+    lam = torch.where(pos, spec.vespo_pos[1], spec.vespo_neg[1]).clamp(min=1e-4)
+    return torch.exp(lam + k * log_w - lam * log_w.exp()).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def high_entropy(entropy: torch.Tensor, mask: torch.Tensor, top: float) -> torch.Tensor:

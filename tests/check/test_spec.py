@@ -94,3 +94,18 @@ def test_an_entropy_quantile_trains_only_the_high_entropy_tokens():
     assert every.item() == pytest.approx(-(0.1 + 0.2 + 0.3 + 0.4) / 4)
     with pytest.raises(AssertionError, match="entropy quantile needs"):
         objective_loss(spec, mask, old, torch.tensor([1.0]), logp=logp.detach())
+
+
+def test_vespos_gamma_weight_by_hand():
+    """One sequence, log-ratios 0.1 and 0.2 (w = e^0.3), A = 1: phi = exp(3 + 2 * 0.3 - 3 e^0.3),
+    detached, so the gradient is -phi / 2 on each token; A = -1 takes (k, lam) = (3, 2)."""
+    old = torch.tensor([[-1.0, -2.0, -3.0]])
+    logp = (old + torch.tensor([[0.1, 0.2, 5.0]])).requires_grad_()       # the third is padding
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss = objective_loss(Objective(kind="vespo"), mask, old, torch.tensor([1.0]), logp=logp)
+    phi = math.exp(3 + 2 * 0.3 - 3 * math.exp(0.3))
+    assert loss.item() == pytest.approx(-phi * (-0.9 - 1.8) / 2)
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-phi / 2, -phi / 2, 0.0])
+    neg = objective_loss(Objective(kind="vespo"), mask, old, torch.tensor([-1.0]), logp=logp.detach())
+    assert neg.item() == pytest.approx(math.exp(2 + 3 * 0.3 - 2 * math.exp(0.3)) * (-0.9 - 1.8) / 2)

@@ -13,6 +13,8 @@ The objective is TRL 1.16's `_compute_loss` (trl/trainer/grpo_trainer.py) stated
     cispo       -sg(min(r, eps_high)) A logp               as dapo
     sapo        -sigmoid(tau (r - 1)) 4 / tau A (tau by A's sign)   as grpo
     dr_grpo     as grpo                                     token sum / (rows x max_completion_length)
+    vespo       -sg(phi(w)) A logp, w the sequence ratio     as dapo
+                (VESPO's gamma weight: spec.Objective)
     + beta * k3(logp, ref_logp) per token, before aggregating (so aggregated as the policy term)
     - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo, sapo, dr_grpo)
     top_entropy_quantile < 1: the policy term (and the bonus) only on the tokens at or above the
@@ -35,7 +37,7 @@ from rlbisect.check.spec import Objective
 PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
 OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
 AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "cispo": "token_mean",
-               "sapo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum"}
+               "sapo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum", "vespo": "token_mean"}
 ENTROPY_BESIDE = {"grpo", "bnpo", "sapo", "dr_grpo"}   # divided by the accumulation alone, as TRL's bonus is
 ADV_EPS = 1e-4            # `advantages / (std_rewards + 1e-4)` in _generate_and_score_completions
 ADVANTAGES: dict[str, Any] = {"group": "group_mean_std", "none": "group_mean", "batch": "group_mean_batch_std"}
@@ -105,7 +107,11 @@ def objective(trainer) -> "tuple[Objective | str, str]":
                      advantages=ADVANTAGES[scale], adv_eps=ADV_EPS,
                      sapo_tau_pos=float(setting(trainer, "sapo_temperature_pos", default=1.0)),
                      sapo_tau_neg=float(setting(trainer, "sapo_temperature_neg", default=1.05)),
-                     top_entropy_quantile=float(setting(trainer, "top_entropy_quantile", default=1.0))), ""
+                     top_entropy_quantile=float(setting(trainer, "top_entropy_quantile", default=1.0)),
+                     vespo_pos=(float(setting(trainer, "vespo_k_pos", default=2.0)),
+                                float(setting(trainer, "vespo_lambda_pos", default=3.0))),
+                     vespo_neg=(float(setting(trainer, "vespo_k_neg", default=3.0)),
+                                float(setting(trainer, "vespo_lambda_neg", default=2.0)))), ""
 
 
 def _scale(trainer) -> Any:

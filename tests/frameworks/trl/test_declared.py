@@ -114,6 +114,22 @@ def test_the_objective_is_read_from_the_configuration(loss_type, aggregation):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("old,new", [
+    ("k_pos=self.args.vespo_k_pos,", "k_pos=self.args.vespo_k_neg,"),
+    ("@torch.no_grad()\n    def get_gamma_weights(", "def get_gamma_weights(")])
+def test_vespo_is_stated_and_a_fault_in_its_gamma_weight_fails_check_19(monkeypatch, old, new):
+    """VESPO weighs each sequence by a gamma function of its ratio, detached; it was left as a kind,
+    so a weight with the wrong shape parameter, or one left on the graph, passed every check."""
+    name = "loss = the declared objective"
+    a = _demo(loss_type="vespo")
+    assert a.objective.kind == "vespo" and a.objective_why == "" and a.objective.vespo_neg == (3.0, 2.0)
+    assert _checks(loss_type="vespo")[name].passed
+    _trl_edited(monkeypatch, old, new)
+    faulty = _checks(loss_type="vespo")
+    assert faulty[name].failed and faulty[name].value > 0.01
+
+
+@pytest.mark.slow
 def test_dr_grpos_normalizer_is_stated_and_a_fault_in_it_fails_check_19(monkeypatch):
     """Dr. GRPO divides the token sum by rows x max_completion_length; it was left as a kind, so a
     normalizer that left out max_completion_length (a step that many times too large) passed every
@@ -129,7 +145,6 @@ def test_dr_grpos_normalizer_is_stated_and_a_fault_in_it_fails_check_19(monkeypa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("opts,why", [
-    ({"loss_type": "vespo"}, "its own objective"),
     ({"entropy_coef": 0.3, "loss_type": "dapo"}, "entropy bonus beside 'dapo'"),
     ({"use_adaptive_entropy": True}, "use_adaptive_entropy"),
     ({"use_bias_correction_kl": True}, "use_bias_correction_kl"),
