@@ -27,7 +27,9 @@ class Objective:
            + kl_coef * agg_kl(KL estimator(logp, ref_logp))
            - entropy_coef * agg_entropy(entropy of softmax(logits / temperature))
 
-    with r = exp(logp - old_logp) and logp = log softmax(logits / temperature)[target]. Each ``agg``
+    with r = exp(logp - old_logp) and logp = log softmax(logits / temperature)[target]
+    (``ratio_level="sequence"``: one r per row, exp of the mean of its trained tokens' logp - old_logp,
+    GSPO's, on the graph through every token's logp). Each ``agg``
     is over the rows handed to the loss: ``token_mean`` (every trained token alike),
     ``seq_mean_token_mean`` (every episode alike), ``token_sum`` divided by ``sum_norm``, or
     ``seq_mean_token_sum``, the token sum over the rows handed to the loss divided by their count
@@ -60,6 +62,7 @@ class Objective:
     adv_eps: float = 1e-6
     sapo_tau_pos: float = 1.0
     sapo_tau_neg: float = 1.05
+    ratio_level: Literal["token", "sequence"] = "token"
     vespo_pos: tuple[float, float] = (2.0, 3.0)    # (k, lambda) where A >= 0
     vespo_neg: tuple[float, float] = (3.0, 2.0)    # (k, lambda) where A < 0
     #: below 1: the policy term and the entropy bonus only on the trained tokens whose entropy is at
@@ -166,7 +169,11 @@ def objective_loss(spec: Objective, mask: torch.Tensor, old_logp: torch.Tensor, 
     if scaled is not None and (spec.entropy_coef or spec.top_entropy_quantile < 1):
         lp = torch.log_softmax(scaled, -1)
         entropy = -(lp.exp() * lp).sum(-1)
-    ratio = (logp - old_logp).exp()
+    log_ratio = logp - old_logp
+    if spec.ratio_level == "sequence":
+        on = mask.to(logp.dtype)
+        log_ratio = (log_ratio * on).sum(-1, keepdim=True) / on.sum(-1, keepdim=True).clamp(min=1)
+    ratio = log_ratio.exp()
     a = adv[:, None].to(logp.dtype)
     if spec.kind == "cispo":
         per_token = -ratio.clamp(max=spec.clip_high).detach() * a * logp

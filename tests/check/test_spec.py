@@ -109,3 +109,19 @@ def test_vespos_gamma_weight_by_hand():
     assert logp.grad[0].tolist() == pytest.approx([-phi / 2, -phi / 2, 0.0])
     neg = objective_loss(Objective(kind="vespo"), mask, old, torch.tensor([-1.0]), logp=logp.detach())
     assert neg.item() == pytest.approx(math.exp(2 + 3 * 0.3 - 2 * math.exp(0.3)) * (-0.9 - 1.8) / 2)
+
+
+def test_a_sequence_level_ratio_is_the_mean_token_log_ratio():
+    """GSPO: one ratio per row, exp of the mean log-ratio over its trained tokens (0.1 and 0.3, so
+    e^0.2; the padded third ignored), clipped like a token's and differentiated through each token."""
+    old = torch.zeros(1, 3)
+    logp = torch.tensor([[0.1, 0.3, 7.0]]).requires_grad_()
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    spec = Objective(ratio_level="sequence", clip_low=0.2, clip_high=0.5)
+    loss = objective_loss(spec, mask, old, torch.tensor([1.0]), logp=logp)
+    assert loss.item() == pytest.approx(-math.exp(0.2))
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-math.exp(0.2) / 2, -math.exp(0.2) / 2, 0.0])
+    clipped = objective_loss(Objective(ratio_level="sequence", clip_high=0.1), mask, old, torch.tensor([1.0]),
+                             logp=logp.detach())
+    assert clipped.item() == pytest.approx(-1.1)

@@ -15,6 +15,8 @@ The objective is TRL 1.16's `_compute_loss` (trl/trainer/grpo_trainer.py) stated
     dr_grpo     as grpo                                     token sum / (rows x max_completion_length)
     vespo       -sg(phi(w)) A logp, w the sequence ratio     as dapo
                 (VESPO's gamma weight: spec.Objective)
+    luspo       as grpo, at a sequence-level ratio           mean over rows of each row's token sum
+    importance_sampling_level="sequence" (GSPO): one ratio per row, exp of its mean token log-ratio
     + beta * k3(logp, ref_logp) per token, before aggregating (so aggregated as the policy term)
     - entropy_coef * token mean of the entropies TRL's LM head computed (grpo, bnpo, sapo, dr_grpo)
     top_entropy_quantile < 1: the policy term (and the bonus) only on the tokens at or above the
@@ -37,8 +39,9 @@ from rlbisect.check.spec import Objective
 PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
 OTHER_OBJECTIVES = {"cispo", "sapo", "vespo"}     # check 10 is n/a for these
 AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "cispo": "token_mean",
-               "sapo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum", "vespo": "token_mean"}
-ENTROPY_BESIDE = {"grpo", "bnpo", "sapo", "dr_grpo"}   # divided by the accumulation alone, as TRL's bonus is
+               "sapo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum", "vespo": "token_mean",
+               "luspo": "seq_mean_token_sum"}
+ENTROPY_BESIDE = {"grpo", "bnpo", "sapo", "dr_grpo", "luspo"}   # divided by the accumulation alone, as the bonus is
 ADV_EPS = 1e-4            # `advantages / (std_rewards + 1e-4)` in _generate_and_score_completions
 ADVANTAGES: dict[str, Any] = {"group": "group_mean_std", "none": "group_mean", "batch": "group_mean_batch_std"}
 
@@ -73,8 +76,6 @@ def objective(trainer) -> "tuple[Objective | str, str]":
     if lt not in AGGREGATION:
         why.append(f"loss_type {lt!r} ({'its own objective' if lt not in PPO_CLIP else 'its normalizer'} "
                    "has no Objective field)")
-    if setting(trainer, "importance_sampling_level", default="token") != "token":
-        why.append("importance_sampling_level='sequence' (a sequence-level ratio: no Objective field)")
     if getattr(args, "delta", None) is not None:
         why.append("delta (two-sided clipping: no Objective field)")
     if setting(trainer, "off_policy_mask_threshold") is not None:
@@ -108,6 +109,7 @@ def objective(trainer) -> "tuple[Objective | str, str]":
                      sapo_tau_pos=float(setting(trainer, "sapo_temperature_pos", default=1.0)),
                      sapo_tau_neg=float(setting(trainer, "sapo_temperature_neg", default=1.05)),
                      top_entropy_quantile=float(setting(trainer, "top_entropy_quantile", default=1.0)),
+                     ratio_level=setting(trainer, "importance_sampling_level", default="token"),
                      vespo_pos=(float(setting(trainer, "vespo_k_pos", default=2.0)),
                                 float(setting(trainer, "vespo_lambda_pos", default=3.0))),
                      vespo_neg=(float(setting(trainer, "vespo_k_neg", default=3.0)),

@@ -43,7 +43,7 @@ def _check(results, number: int):
     return list(results.values())[number - 1]
 
 
-STATED = {"grpo", "bnpo", "dapo", "cispo", "sapo", "dr_grpo", "vespo"}    # loss types whose objective spec.Objective states exactly
+STATED = {"grpo", "bnpo", "dapo", "cispo", "sapo", "dr_grpo", "vespo", "luspo"}    # loss types whose objective spec.Objective states exactly
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

@@ -130,6 +130,23 @@ def test_vespo_is_stated_and_a_fault_in_its_gamma_weight_fails_check_19(monkeypa
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("opts", [{"importance_sampling_level": "sequence"}, {"loss_type": "luspo"}])
+def test_a_sequence_level_ratio_is_stated_and_a_fault_in_it_fails_check_19(monkeypatch, opts):
+    """GSPO's ratio (and LUSPO's, which also sums each sequence's tokens) is exp of the mean token
+    log-ratio; it was left as a kind, so a ratio from the sum instead passed every check."""
+    name = "loss = the declared objective"
+    a = _demo(**opts)
+    assert a.objective.ratio_level == "sequence" and a.objective_why == ""
+    if "loss_type" in opts:
+        assert a.objective.aggregation == "seq_mean_token_sum" and a.objective.sum_norm == 1.0
+    assert _checks(**opts)[name].passed
+    _trl_edited(monkeypatch, "log_importance_weights = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)",
+                "log_importance_weights = (log_ratio * mask).sum(-1)")
+    faulty = _checks(**opts)
+    assert faulty[name].failed and faulty[name].value > 0.01
+
+
+@pytest.mark.slow
 def test_dr_grpos_normalizer_is_stated_and_a_fault_in_it_fails_check_19(monkeypatch):
     """Dr. GRPO divides the token sum by rows x max_completion_length; it was left as a kind, so a
     normalizer that left out max_completion_length (a step that many times too large) passed every
@@ -149,7 +166,6 @@ def test_dr_grpos_normalizer_is_stated_and_a_fault_in_it_fails_check_19(monkeypa
     ({"use_adaptive_entropy": True}, "use_adaptive_entropy"),
     ({"use_bias_correction_kl": True}, "use_bias_correction_kl"),
     ({"multi_objective_aggregation": "normalize_then_sum"}, "normalize_then_sum"),
-    ({"importance_sampling_level": "sequence"}, "sequence-level ratio"),
 ])
 def test_what_objective_cannot_state_stays_a_kind_with_its_reason(opts, why):
     a = _demo(**opts)
