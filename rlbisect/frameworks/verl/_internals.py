@@ -229,16 +229,16 @@ def loss_function(config, tap: Optional[Callable] = None, rows_of: Optional[Call
 
 def own_loss(config, loss: torch.Tensor, data, padded) -> Optional[torch.Tensor]:
     """The micro-batch's own loss: verl divides each micro-batch by the mini-batch's token count
-    (token-mean) or row count (seq-mean-token-mean) set once in `forward_backward_batch`, so the
+    (token-mean) or row count (the seq-mean modes) set once in `forward_backward_batch`, so the
     micro-batch's share is scaled back to its own aggregate (the divide itself is checked at step 0:
-    checks 6 and 19). None where that scale is not one number per call (the seq-mean-token-sum modes)."""
+    checks 6 and 19)."""
     mask = padded["response_mask"].float()
     mode = config.loss_agg_mode
     if mode == "token-sum":
         return loss
     if mode == "token-mean":
         return loss * (float(data["batch_num_tokens"]) / float(mask.sum().clamp(min=1)))
-    if mode == "seq-mean-token-mean":
+    if mode.startswith("seq-mean"):
         return loss * (float(data["global_batch_size"]) / float((mask.sum(-1) > 0).sum().clamp(min=1)))
     return None
 

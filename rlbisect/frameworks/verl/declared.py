@@ -6,9 +6,10 @@ verl 0.9.1's `ppo_loss` (verl/workers/utils/losses.py) with the vanilla policy l
     per token      -min(r A, clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high) A), and for A < 0
                    the dual clip at clip_ratio_c (3: never binds at check 19's ratios, 0.55-1.8)
     loss_agg_mode  token-mean -> token_mean; seq-mean-token-mean -> seq_mean_token_mean;
-                   token-sum -> token_sum (dp_size 1: no normaliser); seq-mean-token-sum(-norm):
-                   divided by the mini-batch's row count (and the horizon): a per-call number
-                   that Objective.sum_norm cannot hold, so stated as a kind only
+                   token-sum -> token_sum (dp_size 1: no normaliser); seq-mean-token-sum ->
+                   seq_mean_token_sum; seq-mean-token-sum-norm -> the same over loss_scale_factor
+                   (Dr. GRPO's constant; without one, verl divides by the padded horizon
+                   loss_mask.shape[-1], a per-call number, so stated as a kind only)
     KL loss        + kl_loss_coef * agg(kl_penalty(logp, ref, kl_loss_type)), same aggregation;
                    kl/k1 -> k1, mse/k2 -> k2, low_var_kl/k3 -> k3 (clamped to [-10, 10]: the
                    checks' log-ratios stay far inside); "abs" and the straight-through "+" forms
@@ -25,7 +26,8 @@ from typing import Any
 
 from rlbisect.check.spec import Objective
 
-AGGREGATION = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean", "token-sum": "token_sum"}
+AGGREGATION = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean", "token-sum": "token_sum",
+               "seq-mean-token-sum": "seq_mean_token_sum", "seq-mean-token-sum-norm": "seq_mean_token_sum"}
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 KL_TYPES = ("kl", "k1", "mse", "k2", "low_var_kl", "k3", "abs", "k1+", "k3+", "low_var_kl+")
@@ -50,10 +52,12 @@ def objective(s: dict) -> "tuple[Objective | str, str]":
     kl_loss_coef, entropy_coeff, temperature, clip_ratio_low/high)."""
     why = []
     mode, est = s["loss_agg_mode"], s["adv_estimator"]
+    norm = s.get("loss_scale_factor") if mode == "seq-mean-token-sum-norm" else 1.0
     if mode not in AGGREGATION:
-        why.append(f"loss_agg_mode {mode!r} divides by the mini-batch's row count"
-                   f"{' and the horizon' if mode.endswith('norm') else ''}, a per-call number "
-                   "(Objective.sum_norm is one number)")
+        why.append(f"loss_agg_mode {mode!r} (no Objective aggregation)")
+    elif norm is None:
+        why.append("loss_agg_mode 'seq-mean-token-sum-norm' without loss_scale_factor divides by the padded "
+                   "horizon, a per-call number (Objective.sum_norm is one number)")
     if s["use_kl_loss"] and s["kl_loss_type"] not in KL:
         why.append(f"kl_loss_type {s['kl_loss_type']!r} (no Objective.kl_estimator value: "
                    f"{'straight-through k2 gradient' if s['kl_loss_type'].endswith('+') else 'abs'})")
@@ -63,7 +67,7 @@ def objective(s: dict) -> "tuple[Objective | str, str]":
         return "ppo-clip", "; ".join(why)
     adv: Any = GROUP_ESTIMATORS[est] or ("group_mean_std" if s["norm_adv_by_std_in_grpo"] else "group_mean")
     return Objective(kind="ppo-clip", clip_low=float(s["clip_ratio_low"]), clip_high=float(s["clip_ratio_high"]),
-                     aggregation=AGGREGATION[mode],  # type: ignore[arg-type]
+                     aggregation=AGGREGATION[mode], sum_norm=float(norm),  # type: ignore[arg-type]
                      kl_coef=float(s["kl_loss_coef"]) if s["use_kl_loss"] else 0.0,
                      kl_estimator=KL.get(s["kl_loss_type"], "k3"),  # type: ignore[arg-type]
                      entropy_coef=float(s["entropy_coeff"]), temperature=float(s["temperature"]),

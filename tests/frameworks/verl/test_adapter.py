@@ -99,14 +99,41 @@ def test_the_variant_splits_unevenly_and_holds_every_identity():
 
 def test_settings_that_change_the_objective_on_purpose():
     """seq-mean-token-sum-norm without loss_scale_factor divides by the padded horizon (check 5 by
-    design); reinforce++ whitens over the batch (checks 4 and 12 by design); their objectives are kinds."""
+    design, the objective a kind; with one, stated); reinforce++ whitens over the batch (checks 4 and
+    12 by design; a kind)."""
     norm = _run(loss_agg_mode="seq-mean-token-sum-norm")
     assert "loss_scale_factor" in _check(norm, 5).by_design and not any(r.failed for r in norm.values())
     assert _check(norm, 19).na
     fixed = _run(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=6)
-    assert not _check(fixed, 5).by_design and _check(fixed, 5).passed
+    assert not _check(fixed, 5).by_design and _check(fixed, 5).passed and _check(fixed, 19).passed
     rpp = _run(adv_estimator="reinforce_plus_plus")
     assert _check(rpp, 12).by_design and not any(r.failed for r in rpp.values())
+
+
+@pytest.mark.parametrize("opts", [{"loss_agg_mode": "seq-mean-token-sum"},
+                                  {"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 6}])
+def test_the_seq_mean_token_sum_modes_are_stated_and_a_fault_in_them_fails_check_19(monkeypatch, opts):
+    """verl's seq-mean-token-sum modes (the second Dr. GRPO's, with a constant horizon) were kinds, so
+    each row's token mean taken for its sum, or loss_scale_factor left out, passed every check; each
+    fails check 19 now."""
+    import verl.trainer.ppo.core_algos as core_algos
+
+    from rlbisect.frameworks.verl import demo
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        a = demo(**opts)
+    assert a.objective.aggregation == "seq_mean_token_sum" and a.objective.sum_norm == opts.get("loss_scale_factor", 1)
+    healthy = _run(**opts)
+    assert not any(r.failed for r in healthy.values()) and _check(healthy, 19).passed
+    agg = core_algos.agg_loss
+
+    def faulty(loss_mat, loss_mask, loss_agg_mode, *args, **kwargs):
+        if loss_agg_mode == "seq-mean-token-sum":         # each row's token mean, not its sum
+            return agg(loss_mat, loss_mask, "seq-mean-token-mean", *args, **kwargs)
+        out = agg(loss_mat, loss_mask, loss_agg_mode, *args, **kwargs)
+        return out * (kwargs.get("loss_scale_factor") or 1) if loss_agg_mode == "seq-mean-token-sum-norm" else out
+    monkeypatch.setattr(core_algos, "agg_loss", faulty)
+    assert not _check(_run(**opts), 19).passed
 
 
 def test_a_setting_this_verl_refuses_is_refused_when_the_adapter_is_built():
