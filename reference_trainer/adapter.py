@@ -16,18 +16,19 @@ from . import declared
 from .base import make_base
 from .batch import collate, pad_batch, prepare_batch, recompute_log_probs
 from .config import EnvConfig, RLConfig, SamplerConfig, UpdateConfig
-from .declared import RUN_VARIANT, VARIANTS
+from .declared import PROBE_VARIANTS, RUN_VARIANT, VARIANTS
 from .faults import BUGS, SAMPLER_TEMP, check_bug
 from .sampler import sample_groups
 from .tasks import make_tasks
 from .tokenizer import build_tokenizer
-from .update import make_optimizer, make_ref, minibatch_backward, minibatch_loss, rl_update
+from .update import make_optimizer, make_ref, make_scheduler, minibatch_backward, minibatch_loss, rl_update
 
 
 class ReferenceAdapter:
     faults = list(BUGS)   # what `rlbisect check --matrix` switches on, one row each
     variants = VARIANTS   # settings at which every identity holds: the checks exercise each
     run_variant = RUN_VARIANT
+    probe_variants = PROBE_VARIANTS
 
     def __init__(self, episodes: int = 64, seed: int = 1, kl_coef: float = 0.1, bug: str | None = None,
                  **settings):
@@ -148,6 +149,17 @@ class ReferenceAdapter:
 
     def run_spec(self, steps, settings=None):
         return declared.run_spec(self._run_config(0, settings), steps)
+
+    def lr_schedule(self, total):
+        """The learning rate at each of `total` optimizer steps, from the trainer's own optimizer and
+        scheduler, stepped as train.py steps them (a scheduler step after each optimizer step)."""
+        optimizer = make_optimizer(torch.nn.Linear(1, 1), self.cfg.update, self.bug)
+        scheduler, out = make_scheduler(optimizer, self.cfg.update, total, self.bug), []
+        for _ in range(total):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return out
 
     def environment(self):
         return declared.Environment(self.tok, self.cfg, self.bug)

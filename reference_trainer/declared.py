@@ -42,6 +42,14 @@ RUN_VARIANT = {**{k: v for settings in VARIANTS.values() for k, v in settings.it
                "minibatches": 3, "clip_eps": 0.15, "kl_coef": 0.05}
 
 
+#: Settings only the cheap probes visit (the environment's contract, the learning-rate schedule):
+#: a call limit that cuts the scripted solution (a limit read from a constant pays it), and the
+#: schedules run B does not take.
+PROBE_VARIANTS = {"calls of 3 tokens": {"max_call_tokens": 3},
+                  "cosine schedule, 3 warmup steps": {"lr_schedule": "cosine", "warmup_steps": 3},
+                  "linear schedule": {"lr_schedule": "linear"}}
+
+
 def objective(cfg: RLConfig) -> Objective:
     """The loss update.minibatch_loss means to compute: PPO's clipped surrogate, its KL and entropy
     terms, all under the configured aggregation."""
@@ -127,6 +135,18 @@ class Environment:
     def wrong(self, task: int) -> list[str]:
         return [f"<call> edit {(self.tasks[task].right + 1) % N_FIXES} <end>"]
 
+    def observations(self, task: int) -> list[tuple[list[str], str]]:
+        """What each tool must answer, from the task's data (env.py's docstring is the contract):
+        every wrong candidate and the task's buggy code fail a public test, the exploit passes them."""
+        t, test = self.tasks[task], "<call> test <end>"
+        return [(["<call> read <end>"], "<obs> fix " + " ".join(map(str, t.hint))),
+                ([test], "<obs> fail"),
+                (self.solution(task), "<obs> ok"),
+                (self.solution(task) + [test], "<obs> pass"),
+                (self.wrong(task) + [test], "<obs> fail"),
+                (["<call> hardcode_tests <end>", test], "<obs> pass"),
+                ([self.malformed[0]], "<obs> malformed")]
+
     def play(self, task: int, actions: list[str]) -> Played:
         (traj,) = sample_episodes(_Scripted(self.tok, actions, self.idle), [self.tasks[task]], self.tok,
                                   self.cfg.env, self.cfg.sampler.temperature, torch.Generator().manual_seed(0),
@@ -134,5 +154,14 @@ class Environment:
         info = traj.info
         # the calls the environment answered, and the last, which ended the episode: counted on the
         # answers, as a call token can sit inside another call (one cut at max_call_tokens)
-        calls = 1 + sum(1 for t, o in zip(traj.ids, traj.owner) if o == OWNER["env"] and t == self.tok.obs_id)
-        return Played(reward=info.reward, rejected=info.n_invalid, calls=calls)
+        answers: list[list[int]] = []
+        open_ = False        # inside an answer: environment tokens from an <obs> on
+        for t, o in zip(traj.ids, traj.owner):
+            if o == OWNER["env"] and t == self.tok.obs_id:
+                answers.append([t])
+            elif o == OWNER["env"] and open_:
+                answers[-1].append(t)
+            open_ = o == OWNER["env"] and bool(answers)
+        observations = tuple(self.tok.decode(a) for a in answers)
+        return Played(reward=info.reward, rejected=info.n_invalid, calls=1 + len(answers),
+                      observations=observations)

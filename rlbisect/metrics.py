@@ -76,6 +76,7 @@ FOREIGN: dict[str, dict[str, str]] = {
     "verl": {"critic/score/mean": "reward", "response_length/mean": "length", "actor/pg_clipfrac": "clip_frac",
              "actor/entropy": "entropy", "actor/grad_norm": "grad_norm", "actor/kl_loss": "kl_ref", "actor/loss": "loss",
              "training/rollout_probs_diff_mean": "prob_gap"},
+    "trl": {"frac_reward_zero_std": "zero_adv_frac"},
 }
 #: Each foreign name -> ours, whatever the trainer.
 ALIASES: dict[str, str] = {theirs: ours for names in FOREIGN.values() for theirs, ours in names.items()}

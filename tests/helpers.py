@@ -151,3 +151,17 @@ def sweep(cases, fast: int = 3) -> list:
     sweep only in the full one (they carry the ``slow`` mark; see the slow rule in conftest.py)."""
     import pytest
     return [c if i < fast else pytest.param(c, marks=pytest.mark.slow) for i, c in enumerate(cases)]
+
+
+def edit_source(monkeypatch, function, old: str, new: str) -> None:
+    """``function`` with one line of its source changed (a fault written into the trainer's code,
+    as a regression would be), for as long as ``monkeypatch`` holds: the function object itself
+    gets the edited code, so every module that imported it runs the edit."""
+    import inspect
+    import textwrap
+    function = inspect.unwrap(function)          # under its decorators (torch.no_grad)
+    source = textwrap.dedent(inspect.getsource(function))
+    assert source.count(old) == 1, old
+    scope: dict = {}
+    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec"), function.__globals__, scope)
+    monkeypatch.setattr(function, "__code__", inspect.unwrap(scope[function.__name__]).__code__)

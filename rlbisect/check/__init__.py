@@ -7,7 +7,8 @@
 - ``beyond``      checks 10-16: the clip, the KL term's gradient, group-local advantages, ...
 - ``spec``        the objective, schedule and run a trainer declares, and their independent values
 - ``objective``   checks 17-20: advantages, loss and reference log-probs against the declared objective
-- ``environment`` checks 21-22: the environment's contract
+- ``environment`` checks 21-23: the environment's contract
+- ``schedule``    check 24: the learning rates the trainer's own scheduler sets, every probed setting
 - ``capabilities`` what an adapter's trainer can be asked; n/a and by-design results follow from it
 - ``observe``     the tap a trainer's loop, loss and optimizer are watched through (:class:`Recorder`)
 - ``run_level``   run-level checks: short runs of the trainer's own loop, on by default

@@ -120,8 +120,14 @@ class AdapterBase:
     variants: dict = {}
     #: the settings of the run-level checks' off-default run (default: every variant at once)
     run_variant: Optional[dict] = None
+    #: {label: settings} only the cheap probes visit (the environment's contract, the learning-rate
+    #: schedule): limits and schedules off the defaults that no training path above takes
+    probe_variants: dict = {}
     #: ``with_settings(**settings) -> adapter``: the same trainer at other settings (for ``variants``)
     with_settings: Optional[Callable[..., Any]] = None
+    #: ``lr_schedule(total) -> [lr, ...]``: the learning rate the trainer's own optimizer and
+    #: scheduler set at each of ``total`` optimizer steps (built by its code, stepped without a model)
+    lr_schedule: Optional[Callable[[int], Sequence[float]]] = None
     #: ``environment() -> probe``: the environment's contract (rlbisect.check.environment)
     environment: Optional[Callable[[], Any]] = None
     #: ``replay(snapshot, bug) -> Replayed``: re-run a saved step of this trainer (replay, promote)
@@ -143,7 +149,9 @@ class Offers:
     run_spec: Optional[Callable]
     variants: dict
     run_variant: dict            # the off-default run's settings
+    probe_variants: dict
     with_settings: Optional[Callable]
+    lr_schedule: Optional[Callable]
     environment: Optional[Callable]
     replay: Optional[Callable]
     rows_in_log_probs: bool      # log_probs(model, batch, rows=...)
@@ -159,17 +167,18 @@ class Offers:
             return value if callable(value) else None
         declared = getattr(adapter, "objective", None) or "ppo-clip"
         spec = declared if isinstance(declared, Objective) else None
-        variants = getattr(adapter, "variants", None) or {}
-        if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
-            raise TypeError(f"{type(adapter).__name__}.variants must be a dict of {{label: settings dict}}")
+        variants, probe_variants = (getattr(adapter, name, None) or {} for name in ("variants", "probe_variants"))
+        for name, value in (("variants", variants), ("probe_variants", probe_variants)):
+            if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+                raise TypeError(f"{type(adapter).__name__}.{name} must be a dict of {{label: settings dict}}")
         train_run = member("train_run")
         run_variant = getattr(adapter, "run_variant", None)
         if run_variant is None:      # every variant at once, a later one winning a setting both make
             run_variant = {k: v for settings in variants.values() for k, v in settings.items()}
         return cls(capabilities_of(adapter), spec.kind if spec else str(declared), spec,
                    str(getattr(adapter, "objective_why", "") or ""), tuple(getattr(adapter, "faults", None) or ()), member("with_rewards"),
-                   train_run, member("run_spec"), dict(variants), dict(run_variant), member("with_settings"),
-                   member("environment"), member("replay"), _takes(member("log_probs"), "rows"),
+                   train_run, member("run_spec"), dict(variants), dict(run_variant), dict(probe_variants),
+                   member("with_settings"), member("lr_schedule"), member("environment"), member("replay"), _takes(member("log_probs"), "rows"),
                    _takes(member("loss"), "ref"), _takes(member("loss"), "tap"), _takes(member("update"), "tap"),
                    _takes(train_run, "tap") and _takes(train_run, "settings"))
 

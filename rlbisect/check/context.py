@@ -88,7 +88,7 @@ class CheckContext:
         """The same probe batch and policy, through ``adapter`` (the trainer at another setting)."""
         other = copy.copy(self)
         other.adapter, other.offers, other.setting, other.cache = adapter, Offers.of(adapter), label, {}
-        for name in ("prep", "trainer_logp", "one_pass", "trainer_pass", "stepped", "settings"):
+        for name in ("prep", "trainer_logp", "one_pass", "trainer_pass", "stepped", "settings", "probe_settings"):
             other.__dict__.pop(name, None)
         return other
 
@@ -100,6 +100,16 @@ class CheckContext:
         if self.offers.with_settings is not None:
             out += [self.at(label, self.offers.with_settings(**settings))
                     for label, settings in self.offers.variants.items()]
+        return out
+
+    @cached_property
+    def probe_settings(self) -> list["CheckContext"]:
+        """:attr:`settings`, then one per ``probe_variants`` setting: where the cheap probes (the
+        environment's contract, the learning-rate schedule) also look."""
+        out = list(self.settings)
+        if self.offers.with_settings is not None:
+            out += [self.at(label, self.offers.with_settings(**settings))
+                    for label, settings in self.offers.probe_variants.items()]
         return out
 
     @cached_property
@@ -207,12 +217,13 @@ class CheckContext:
         return grad
 
 
-def worst(ctx: CheckContext, value: Callable[[CheckContext], Optional[float]], ok: Callable[[float], bool]):
-    """A check at every setting (:attr:`CheckContext.settings`) -> (value, passed, setting) of the
-    first setting where it fails, else of the first one checked (``value`` None: a setting it
-    cannot be checked at). NaN fails."""
+def worst(ctx: CheckContext, value: Callable[[CheckContext], Optional[float]], ok: Callable[[float], bool],
+          probes: bool = False):
+    """A check at every setting (:attr:`CheckContext.settings`; with ``probes`` also
+    :attr:`~CheckContext.probe_settings`) -> (value, passed, setting) of the first setting where it
+    fails, else of the first one checked (``value`` None: a setting it cannot be checked at). NaN fails."""
     first = None
-    for at in ctx.settings:
+    for at in ctx.probe_settings if probes else ctx.settings:
         v = value(at)
         if v is None:
             continue

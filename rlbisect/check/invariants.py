@@ -15,9 +15,10 @@ log-probability, a one-pass gradient, a fresh recomputation, advantages recomput
     9 KL to reference > 0 after a step  KL(policy || reference) after one update (skipped without a reference)
 
 Checks 10-16 (`beyond.py`) cover parts of the update the chapter's nine leave unchecked, 17-20
-(`objective.py`) the batch and loss against the objective the trainer declares, 21-22
-(`environment.py`) the environment's contract; `run_level.py` watches short runs of the trainer's
-own loop. The probe batch they share is `context.CheckContext`.
+(`objective.py`) the batch and loss against the objective the trainer declares, 21-23
+(`environment.py`) the environment's contract, 24 (`schedule.py`) the learning rates its scheduler
+sets; `run_level.py` watches short runs of the trainer's own loop. The probe batch they share is
+`context.CheckContext`.
 
 A check that cannot apply to a trainer (no reference model, an objective other than PPO's
 clipped surrogate: the adapter's ``objective`` attribute) returns :class:`NotApplicable` and is
@@ -40,7 +41,7 @@ from rlbisect.errors import RlbisectError, describe, printable
 from rlbisect.registry import Registry
 
 
-Check = Callable[[CheckContext], "tuple[float, bool] | tuple[float, bool, str] | NotApplicable"]
+Check = Callable[[CheckContext], "tuple[float, bool] | tuple[float, bool, str] | tuple[float, bool, str, str] | NotApplicable"]
 
 #: Every check by name, in report order: the chapter's nine, then :mod:`.beyond`'s, then yours
 #: (``@INVARIANTS.register("name")`` above ``fn(ctx) -> (value, passed)``; see rlbisect.registry).
@@ -140,8 +141,8 @@ def _kl_ref(ctx):
     return value, value > ctx.t.kl_ref
 
 
-# checks 10-22 register themselves here, after the nine, so the order is the report's order
-from rlbisect.check import beyond, objective, environment  # noqa: E402,F401,I001 (report order)
+# checks 10-24 register themselves here, after the nine, so the order is the report's order
+from rlbisect.check import beyond, objective, environment, schedule  # noqa: E402,F401,I001 (report order)
 
 #: rlbisect's own checks, in report order (registered above and in beyond.py)
 BUILTIN = tuple(INVARIANTS.names())
@@ -172,7 +173,8 @@ def sanity_checks(adapter: TrainerAdapter, thresholds: Optional[Thresholds] = No
             out[name] = _raised(name, e)      # never by design: a check that raised measured nothing
             continue
         out[name] = (CheckResult(name, float("nan"), True, na=got.reason) if isinstance(got, NotApplicable)
-                     else CheckResult(name, float(got[0]), bool(got[1]), setting=got[2] if len(got) > 2 else "")
+                     else CheckResult(name, float(got[0]), bool(got[1]), setting=got[2] if len(got) > 2 else "",
+                                      detail=got[3] if len(got) > 3 else "")
                      ).excused(by_design)
     return out
 

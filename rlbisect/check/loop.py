@@ -13,6 +13,7 @@ from rlbisect.check.observe import Record
 from rlbisect.check.results import CheckResult, NotApplicable
 from rlbisect.check.spec import RunSpec, lr_factor
 from rlbisect.check.thresholds import Thresholds
+from rlbisect.metrics import ALIASES
 
 Found = Union[tuple[float, bool], NotApplicable]
 CHECKS: dict[str, Callable[..., Found]] = {}
@@ -240,3 +241,32 @@ def _state(recs, specs, t, offers) -> Found:
         counted = [o.state_step for o in steps if o.state_step == o.state_step]
         breaks += sum(b != a + 1 for a, b in zip(counted, counted[1:]))
     return float(breaks), breaks == 0
+
+
+LOGGED = "logged metrics = the step's batch"
+
+
+def logged(rows: Sequence[dict], rec: Record, t: Thresholds) -> CheckResult:
+    """Each metric a step's row logs that the tap recomputes from the step's batch (``reward``,
+    ``zero_adv_frac``, ``logp_gap``; other trainers' names through :data:`~rlbisect.metrics.ALIASES`)
+    equals it: a logging fault misleads every dashboard, detector and ``--metric`` bisect that reads
+    the rows. The value is the largest difference; ``logp_gap`` may differ by float noise (``t.logp_gap``)."""
+    names = set(rec.steps[0].logged) if rec.steps else set()
+    rows = [{ALIASES.get(k, k): v for k, v in row.items()} for row in rows]
+    rows = [row for row in rows if names & set(row)]
+    if not rows:
+        return CheckResult(LOGGED, math.nan, True, na="the run's rows log none of " + ", ".join(sorted(names) or ["reward"]))
+    if len(rows) != len(rec.steps):
+        return CheckResult(LOGGED, math.nan, True, na=f"the run logged {len(rows)} rows over {len(rec.steps)} "
+                                                      "sampled steps: rows and steps cannot be paired")
+    worst, wrong = 0.0, ""
+    for row, seen in zip(rows, rec.steps):
+        for name, want in seen.logged.items():
+            got = row.get(name)
+            if not isinstance(got, (int, float)):
+                continue
+            diff = abs(float(got) - want) if got == got else math.inf
+            worst = max(worst, diff)
+            if not wrong and diff > (t.logp_gap if name == "logp_gap" else 1e-6 * max(1.0, abs(want))):
+                wrong = f"{name} at step {seen.step}: logged {got:.6g}, the batch's {want:.6g}"
+    return CheckResult(LOGGED, worst, not wrong, detail=wrong)

@@ -76,6 +76,7 @@ class StepSeen:
     logp_gap: float                  # max |trainer log-prob at sampling - the sampler's| on sampled positions
     params: frozenset                # ids of the policy's parameters
     reward_err: float = NAN          # max |reward - the configured rule applied again| (NaN: not offered)
+    logged: dict = field(default_factory=dict)   # metric -> its value recomputed from the step's batch
 
 
 @dataclass
@@ -137,8 +138,12 @@ class Recorder:
         gap = (self._at_sampling - truth.sample_logp).abs()[on] if self.sampler_logp else torch.zeros(0)
         tasks = None if truth.tasks is None else [int(t) for t in truth.tasks]
         rewards = NAN if truth.rescored is None else float((truth.rewards.float() - truth.rescored.float()).abs().max())
+        groups = truth.rewards.double().view(-1, truth.group_size)
+        logged = {"reward": float(groups.mean()), "zero_adv_frac": float((groups.amax(-1) == groups.amin(-1)).double().mean())}
+        if gap.numel():
+            logged["logp_gap"] = float(gap.double().mean())
         self.steps.append(StepSeen(step, tasks, truth.group_size, float(gap.max()) if gap.numel() else 0.0,
-                                   frozenset(id(p) for p in model.parameters()), rewards))
+                                   frozenset(id(p) for p in model.parameters()), rewards, logged))
 
     def _accumulated(self, p: torch.Tensor) -> None:
         self._grad_sq[id(p)] = float(p.grad.detach().double().norm() ** 2) if p.grad is not None else 0.0

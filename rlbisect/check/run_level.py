@@ -23,6 +23,8 @@ with the sampler's record and the adapter's declarations (``run_spec``, ``object
                                                 limit, the limit itself when the backward is far above it
     learning rate = the schedule at every step  the param groups' lr = the declared schedule
     optimizer state persists across steps       one optimizer throughout, its step count continuing
+    logged metrics = the step's batch           run A's rows: reward, zero_adv_frac and logp_gap as
+                                                recomputed from each step's batch
     same seed, same rows                        A and A' log the same training rows, bit for bit
     evaluation leaves training alone            (a third run tells these two apart when they differ)
 
@@ -49,7 +51,7 @@ from rlbisect.errors import CannotRun
 STEPS, VARIANT_STEPS = 3, 2
 NEVER = 10 ** 6    # an eval_every that never comes (the last step may still evaluate)
 RAN = "short runs complete"
-RUN_CHECKS = (RAN, *loop.CHECKS, "same seed, same rows", "evaluation leaves training alone")
+RUN_CHECKS = (RAN, *loop.CHECKS, loop.LOGGED, "same seed, same rows", "evaluation leaves training alone")
 
 
 def _differing(a: list[dict], b: list[dict], skip_eval: bool) -> int:
@@ -175,6 +177,7 @@ def finish(adapter: Any, main: Main, quiet: "list[dict] | Exception", variant: V
     later = "run B: " + ", ".join(f"{k}={v}" for k, v in (offers.run_variant or {}).items())
     out = loop.judge([r for r, _ in runs], [s for _, s in runs], thresholds or Thresholds(), offers, later)
     out[RAN] = CheckResult(RAN, 0.0, True)
+    out[loop.LOGGED] = loop.logged(main.rows, main.record, thresholds or Thresholds())
     out.update(_repeatable(main.rows, quiet, lambda: _watched(adapter, offers.capabilities, seed, 1)[1]))
     if not main.record.evals:
         out[RUN_CHECKS[-1]] = CheckResult(RUN_CHECKS[-1], float("nan"), True,

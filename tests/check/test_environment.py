@@ -1,4 +1,4 @@
-"""Checks 21-22, the environment's contract, played through TinyAgent's sampler and environment."""
+"""Checks 21-23, the environment's contract, played through TinyAgent's sampler and environment."""
 
 import pytest
 
@@ -69,16 +69,16 @@ def test_a_turn_limit_read_from_elsewhere_fails_the_budget(monkeypatch):
     assert res[REWARD].failed and res[REWARD].setting == "KL k1, 4 turns"
 
 
-@pytest.mark.parametrize("setting,why", [({"max_turns": 1}, "2 calls, max_turns is 1"),
-                                         ({"max_call_tokens": 3}, "a call of 4 tokens, max_call_tokens is 3")])
-def test_a_setting_too_tight_for_the_scripted_solution_is_na_not_a_failure(setting, why):
+@pytest.mark.parametrize("setting", [{"max_turns": 1}, {"max_call_tokens": 3}])
+def test_a_setting_too_tight_for_the_scripted_solution_checks_that_the_limit_binds(setting):
     """max_turns=1 failed check 22 on healthy code: the solution and its submit need two calls.
-    Where a variant's setting can play it, the check runs there."""
+    Where the limits cut the script, the check is that it earns nothing."""
     adapter = make_adapter(**setting)
-    assert not any(sanity_checks(adapter)[n].failed for n in (MALFORMED, REWARD))
-    adapter.variants = {}
+    adapter.variants, adapter.probe_variants = {}, {}
+    env = adapter.environment()
+    assert env.unplayable(env.solution(0) + [env.submit])
     res = sanity_checks(adapter)
-    assert res[REWARD].na.endswith(why) and not res[MALFORMED].failed
+    assert not any(res[n].failed or res[n].na for n in (MALFORMED, REWARD))
 
 
 def test_an_exploit_paid_under_the_hidden_reward_fails(monkeypatch):
@@ -99,3 +99,46 @@ def test_an_exploit_paid_under_the_hidden_reward_fails(monkeypatch):
     monkeypatch.setattr(env_code.Env, "step", public_only)
     res = sanity_checks(make_adapter())
     assert res[REWARD].failed and res[REWARD].value == 2         # the exploit, on each of 2 tasks
+
+
+ANSWERS = "tool answers = the declared ones"
+
+
+def test_the_declared_answers_are_what_the_tools_answer():
+    env = make_adapter().environment()
+    for task in range(2):
+        for actions, answer in env.observations(task):
+            assert env.play(task, actions).observations[len(actions) - 1] == answer
+
+
+@pytest.mark.parametrize("old,new", [
+    # the public tests' verdict taken on every test, hidden ones too: the exploit reads as a fail
+    ('obs = "<obs> pass" if passes(self.code, task.public) else "<obs> fail"',
+     'obs = "<obs> pass" if passes(self.code, task.public + task.hidden) else "<obs> fail"'),
+    # read shows the spec's first candidate only: on a hard task the right fix may not be named
+    ('obs = "<obs> fix " + " ".join(map(str, task.hint))', 'obs = "<obs> fix " + str(task.hint[0])'),
+])
+def test_a_tool_that_answers_wrong_fails_only_the_answers(monkeypatch, old, new):
+    """Both faults passed every check (the run-level ones too) before check 23: the reward and the
+    episode's record stay right, only what the policy is told is wrong."""
+    import reference_trainer.env as env_code
+    from tests.helpers import edit_source
+    assert not sanity_checks(make_adapter())[ANSWERS].failed
+    edit_source(monkeypatch, env_code.Env.step, old, new)
+    res = sanity_checks(make_adapter())
+    assert [n for n, r in res.items() if r.failed] == [ANSWERS]
+    assert res[ANSWERS].value >= 1 and res[ANSWERS].detail.startswith("task ")
+    assert ("<call> test <end> answered" if "hidden" in new else "<call> read <end> answered") in res[ANSWERS].detail
+
+
+def test_a_call_limit_read_from_a_constant_fails_where_the_limit_cuts(monkeypatch):
+    """The sampler closing calls at 4 tokens whatever max_call_tokens says passed every check: the
+    default is 4. At the probes' 3-token limit the scripted solution is cut, and was paid."""
+    import reference_trainer.sampler as sampler
+    from tests.helpers import edit_source
+    edit_source(monkeypatch, sampler.sample_episodes, "len(call[i]) >= env_cfg.max_call_tokens", "len(call[i]) >= 4")
+    res = sanity_checks(make_adapter())
+    assert res[REWARD].failed and res[REWARD].setting == "calls of 3 tokens" and res[REWARD].value == 2
+    adapter = make_adapter()
+    adapter.probe_variants = {}
+    assert not sanity_checks(adapter)[REWARD].failed

@@ -34,7 +34,8 @@ def test_names_and_order_are_the_chapters_then_ours():
                            "the update consumes what prepare() returns", "rewards = the configured reward rule",
                            "each group holds one task", "advantages = the declared estimator",
                            "loss = the declared objective", "reference log-probs = the reference's",
-                           "malformed calls are rejected", "reward only for a submitted solution"]
+                           "malformed calls are rejected", "reward only for a submitted solution",
+                           "tool answers = the declared ones", "scheduler sets the declared learning rates"]
 
 
 @pytest.mark.parametrize("bug", [None, *CHAPTER_FAULTS])

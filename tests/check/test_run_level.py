@@ -72,6 +72,40 @@ def test_without_a_tap_only_the_rows_are_checked_and_a_runner_that_does_not_repe
     assert all(r.passed is None and "has no train_run" in r.na for r in run_checks(object()).values())
 
 
+LOGGED = "logged metrics = the step's batch"
+
+
+@pytest.mark.parametrize("module,function,old,new", [
+    # the logged reward of the first group only: every dashboard and --metric bisect reads it
+    ("train", "rollout_row", '"reward": rewards.mean().item()', '"reward": rewards[0].mean().item()'),
+    # the sampler's log-probs collated one position early: only the logged logp_gap reads them
+    ("batch", "collate", "pad_rows([t.sample_logp for t in trajs], T, 0.0)[:, 1:]",
+     "pad_rows([t.sample_logp for t in trajs], T, 0.0)[:, :-1]"),
+])
+def test_a_logging_fault_fails_only_the_logged_metrics(checked, monkeypatch, module, function, old, new):
+    """Both passed every check: the training numbers stay right, the logged ones do not."""
+    import importlib
+    from tests.helpers import edit_source
+    assert checked()[LOGGED].passed and checked()[LOGGED].value < 1e-9
+    edit_source(monkeypatch, getattr(importlib.import_module(f"reference_trainer.{module}"), function), old, new)
+    res = run_checks(make_adapter())
+    assert [n for n, r in res.items() if r.failed] == [LOGGED]
+    assert res[LOGGED].detail.startswith("reward at step" if module == "train" else "logp_gap at step")
+
+
+def test_rows_that_log_none_of_the_metrics_or_pair_with_no_step_are_na():
+    from rlbisect.check.loop import logged
+    from rlbisect.check.observe import Record, StepSeen
+    from rlbisect.check.thresholds import Thresholds
+    steps = [StepSeen(k, None, 2, 0.0, frozenset(), logged={"reward": 0.5}) for k in range(2)]
+    rec, t = Record(steps, [], [], []), Thresholds()
+    assert "log none of reward" in logged([{"loss": 1.0}] * 2, rec, t).na
+    assert "cannot be paired" in logged([{"reward": 0.5}], rec, t).na
+    assert logged([{"reward": 0.5}, {"reward": 0.5}], rec, t).passed
+    wrong = logged([{"reward": 0.5}, {"critic/score/mean": 0.25}], rec, t)     # verl's name for it
+    assert wrong.failed and wrong.value == 0.25 and wrong.detail == "reward at step 1: logged 0.25, the batch's 0.5"
+
+
 def test_a_clip_below_the_configured_norm_fails_once_the_backward_is_far_above_it(monkeypatch):
     import torch
 

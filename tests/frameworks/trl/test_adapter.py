@@ -50,16 +50,17 @@ STATED = {"grpo", "bnpo", "dapo", "cispo", "sapo", "dr_grpo", "vespo", "luspo"} 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_unmodified_trl_passes_every_applicable_check(healthy, loss_type, shape):
     results = healthy[(loss_type, shape)]
-    assert len(results) == 22
+    assert len(results) == 24
     failed = {r.name: r.value for r in results.values() if r.failed}
     assert not failed, failed
-    na = {number for number in range(1, 23) if _check(results, number).na}
+    na = {number for number in range(1, 25) if _check(results, number).na}
     # 13, 15, 16, 17 apply (draw counts from generate, `observe` at _compute_loss, the reward
     # functions re-applied, the dataset row of each prompt); 7 and 14 need more than one optimizer
-    # step per sampled batch; 18-20 a stated objective; 21-22 an environment (TRL has none)
+    # step per sampled batch; 18-20 a stated objective; 21-23 an environment (TRL has none); 24 a
+    # scheduler probe (lr_schedule)
     expected_na = ({7, 14} if shape == "single" else set()) | \
         ({10} if loss_type in ("cispo", "sapo", "vespo") else set()) | \
-        ({18, 19, 20} if loss_type not in STATED else set()) | {21, 22}
+        ({18, 19, 20} if loss_type not in STATED else set()) | {21, 22, 23, 24}
     assert na == expected_na
     for number in na:                                 # n/a always says why
         assert len(_check(results, number).na) > 20

@@ -45,6 +45,17 @@ def test_a_fault_fails_its_run_level_check(healthy, bug, check):
     assert healthy[check].passed and not healthy[check].na
 
 
+def test_a_reward_logged_over_half_the_batch_fails_the_logged_metrics(healthy, monkeypatch):
+    """TRL's logged reward taken over the first half of the rewards passed every check."""
+    from tests.frameworks.trl.test_declared import _trl_edited
+    logged = "logged metrics = the step's batch"
+    assert healthy[logged].passed and not healthy[logged].na
+    _trl_edited(monkeypatch, 'self._metrics[mode]["reward"].append(torch.nanmean(rewards).item())',
+                'self._metrics[mode]["reward"].append(torch.nanmean(rewards[: len(rewards) // 2]).item())')
+    res = _runs()
+    assert [n for n, r in res.items() if r.failed] == [logged]
+
+
 def test_a_token_count_that_includes_dropped_completions_fails_at_a_token_summed_loss():
     # huggingface/trl#6369: dapo divided by a count that kept the truncated completions it masks
     opts = {"loss_type": "dapo", "mask_truncated_completions": True}
