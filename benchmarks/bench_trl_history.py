@@ -50,6 +50,16 @@ CASES: list[dict] = [
         "expect": "7c1fa85ad5d1878edef7a795c74e91749961b152",
     },
     {
+        # a logging-only bug (training used the weighted reward, the dashboard the unweighted sum),
+        # found by the run-level check that compares the logged metrics with the step's batch; the
+        # run-B failure of releases before trl#5890 is outside the predicate (--checks)
+        "name": "fix-5353",
+        "what": "the logged reward ignores reward_weights (the demo weighs its two reward functions)",
+        "links": ["https://github.com/huggingface/trl/issues/5352", "https://github.com/huggingface/trl/pull/5353"],
+        "window": "v0.29.0..v1.0.0", "find_fix": True, "opts": {}, "checks": ["logged metrics = the step's batch"],
+        "expect": "eff92425d4d775e196df2dc28d154100b1ff443f",
+    },
+    {
         # at default settings the fix is invisible (nothing truncated is masked): every check must
         # pass at BAD, so the run ends with "BAD passes", never a culprit
         "name": "quiet",

@@ -3,7 +3,7 @@ real history bisected by `rlbisect run` with the shipped checks as predicate, su
 (the commit named, right or not, probes, time, skips by cause, probes judged from an exception).
 
 A case: {"name", "what", "links", "window": "GOOD..BAD", "find_fix", "opts": adapter options,
-"expect": a commit, or one of OUTCOME's values}.
+"expect": a commit, or one of OUTCOME's values; optionally "checks": the checks the predicate runs}.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def command(case: dict, good: str, bad: str, clone: Path, out: Path, args) -> li
     cmd += ["--timeout", str(args.timeout)] if args.timeout else []
     for key, value in case["opts"].items():
         cmd += ["--adapter-opt", f"{key}={json.dumps(value)}"]
+    cmd += ["--checks", ",".join(case["checks"])] if case.get("checks") else []
     return cmd + list(args.extra)
 
 

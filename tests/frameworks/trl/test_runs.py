@@ -45,15 +45,17 @@ def test_a_fault_fails_its_run_level_check(healthy, bug, check):
     assert healthy[check].passed and not healthy[check].na
 
 
-def test_a_reward_logged_over_half_the_batch_fails_the_logged_metrics(healthy, monkeypatch):
-    """TRL's logged reward taken over the first half of the rewards passed every check."""
+def test_the_logged_reward_without_reward_weights_fails_the_logged_metrics(healthy, monkeypatch):
+    """trl#5352, written back into TRL 1.16: the logged reward the unweighted sum of the reward
+    functions (TRL 0.29's, where the demo's weights 1 and 0.1 make it differ) passed every check."""
     from tests.frameworks.trl.test_declared import _trl_edited
     logged = "logged metrics = the step's batch"
     assert healthy[logged].passed and not healthy[logged].na
-    _trl_edited(monkeypatch, 'self._metrics[mode]["reward"].append(torch.nanmean(rewards).item())',
-                'self._metrics[mode]["reward"].append(torch.nanmean(rewards[: len(rewards) // 2]).item())')
+    _trl_edited(monkeypatch, "rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)"
+                             ".unsqueeze(0)).nansum(dim=1)", "rewards = rewards_per_func.nansum(dim=1)")
     res = _runs()
     assert [n for n, r in res.items() if r.failed] == [logged]
+    assert res[logged].detail.startswith("reward at step 0")
 
 
 def test_a_token_count_that_includes_dropped_completions_fails_at_a_token_summed_loss():
