@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlbisect.bisect.predicates.invariants import (InvariantsOptions, InvariantsPredicate, main,
-                                                   select_checks)
+from rlbisect.bisect.predicates.invariants import (TINYAGENT_ADAPTER, InvariantsOptions, InvariantsPredicate,
+                                                   main, select_checks)
 from rlbisect.errors import Cause, InputError, Verdict
 from rlbisect._proc.worker import read_reply
 
@@ -32,11 +32,38 @@ def test_the_selection_is_in_the_identity_and_the_workers_arguments():
     assert some.args()[-2:] == ["--check", "mask = policy tokens"]
 
 
+class _Tree:
+    """A repository whose BAD has, or lacks, every file."""
+
+    def __init__(self, has: bool):
+        self.has = has
+
+    def has_file(self, commit: str, path: str) -> bool:
+        return self.has
+
+
 def test_preflight_refuses_unknown_checks_and_run_level_ones_without_runs():
     with pytest.raises(InputError, match="no check named 'nope'"):
-        InvariantsPredicate(InvariantsOptions(checks=["nope"])).preflight(None, "c")
+        InvariantsPredicate(InvariantsOptions(checks=["nope"])).preflight(_Tree(True), "c")
     with pytest.raises(InputError, match="--no-runs"):
-        InvariantsPredicate(InvariantsOptions(checks=["same seed, same rows"], runs=False)).preflight(None, "c")
+        InvariantsPredicate(InvariantsOptions(checks=["same seed, same rows"], runs=False)).preflight(_Tree(True), "c")
+
+
+def test_preflight_refuses_the_default_checks_where_bad_has_no_tinyagent():
+    from rlbisect.check.loading import DEFAULT_ADAPTER
+    assert TINYAGENT_ADAPTER == DEFAULT_ADAPTER.partition(":")[0].replace(".", "/") + ".py"
+    with pytest.raises(InputError, match=r"reference_trainer/adapter.py.*--adapter FILE.py:NAME.*after --"):
+        InvariantsPredicate(InvariantsOptions()).preflight(_Tree(False), "c")
+    InvariantsPredicate(InvariantsOptions()).preflight(_Tree(True), "c")                  # TinyAgent's own
+    InvariantsPredicate(InvariantsOptions(adapter="rlbisect.frameworks.trl:demo")).preflight(_Tree(False), "c")
+
+
+def test_run_without_a_command_in_a_repository_without_tinyagent_is_refused_before_any_probe(tiny_repo, run_cli):
+    r = tiny_repo(["good", "bad"])
+    before = r.snapshot()
+    code, out, data = run_cli(["main~1..main", "--repo", str(r.path)])
+    assert code == 2 and "has none: name your trainer's adapter" in out and data is None
+    assert r.snapshot() == before
 
 
 def test_run_refuses_an_unknown_check_before_any_probe(tiny_repo, run_cli):

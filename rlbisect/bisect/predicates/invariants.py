@@ -32,6 +32,8 @@ from rlbisect.bisect.predicates.command import edited_here, file_digests, folder
 from rlbisect.errors import Cause, InputError, Verdict
 from rlbisect.git.repo import probe_env
 
+TINYAGENT_ADAPTER = "reference_trainer/adapter.py"   #: check.loading.DEFAULT_ADAPTER's file (that module imports torch)
+
 
 class InvariantsOptions(Options):
     """Options of ``--predicate invariants``."""
@@ -69,7 +71,13 @@ class InvariantsPredicate(BasePredicate):
         """A relative FILE.py adapter is read from each checkout: one in your folder must be in the
         commits without uncommitted edits, and means there what it means here (a path from the top
         of the checkout from here on; one not in your folder is read from the top, as before); the
-        checks ``--checks`` names must exist."""
+        checks ``--checks`` names must exist. Without ``--adapter`` the checks are TinyAgent's,
+        read from each checkout: a BAD without them would skip every commit, so it is refused."""
+        if self.options.adapter is None and not repo.has_file(commit, TINYAGENT_ADAPTER):
+            raise InputError(f"the checks without --adapter are TinyAgent's ({TINYAGENT_ADAPTER} in each "
+                             f"checkout), and BAD {commit[:12]} has none: name your trainer's adapter "
+                             "(--adapter FILE.py:NAME), or give the command that tells a good commit from a bad "
+                             "one after --, e.g. rlbisect run GOOD..BAD -- pytest -x tests/test_loss.py")
         where, _, factory = (self.options.adapter or "").rpartition(":")
         if where.endswith(".py") and not os.path.isabs(where) and os.path.isfile(where):
             folder = folder_in(repo)
