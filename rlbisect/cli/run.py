@@ -114,6 +114,8 @@ def run_cmd(
     from rlbisect.cli.progress import live_progress
     from rlbisect.bisect.timeline import draw
     from rlbisect.bisect.terms import parse_terms
+    from rlbisect.bisect.predicates.editable import note as editable_note, own_imports
+    from rlbisect.git.repo import Repo, probe_env
     from rlbisect.tinyagent import first_use_note
     given_adapter(adapter)
     finite(min_effect=min_effect, ray_gpus=ray_gpus)
@@ -144,6 +146,8 @@ def run_cmd(
                          "--predicate short-run --metric M")
     if not command_ and adapter is None and runner is None and (note := first_use_note()):
         typer.echo(f"{note}; the first probe pays it", err=True)   # TinyAgent's own trainer
+    if command_ and (folders := own_imports(root := Repo.open(repo).root, command_, probe_env())):
+        typer.echo(editable_note(root, folders), err=True)   # the probes import the checkouts': say so
     with live_progress() as progress:
         try:
             result = bisect(repo, range_spec, pred, options, progress=progress)

@@ -23,6 +23,7 @@ from rlbisect._proc.runner import run
 from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe,
                                         stopped, tail)
 from rlbisect.errors import Cause, InputError, Verdict
+from rlbisect.bisect.predicates.editable import own_imports, redirected
 from rlbisect.git.repo import git_status, probe_env
 
 
@@ -195,17 +196,21 @@ class CommandPredicate(BasePredicate):
         self.argv = list(argv)
         self.digests = file_digests(self.argv, cwd or Path.cwd())
         self.folder = ""    # where in each checkout it runs: preflight sets yours
+        self.imports: tuple[str, ...] = ()   # your editable install's folders: preflight finds them
 
     def identity(self) -> str:
-        # the folder only when not the top, so the identities cached before it keep their rows
-        folder = {"folder": self.folder} if self.folder else {}
+        # the folder and imports only when there are any, so the identities cached before keep their rows
+        extra: dict[str, object] = {"folder": self.folder} if self.folder else {}
+        extra |= {"imports": list(self.imports)} if self.imports else {}
         return json.dumps({"kind": "command", "argv": self.argv, "files": self.digests,
-                           "rlbisect": __version__, **folder}, sort_keys=True)
+                           "rlbisect": __version__, **extra}, sort_keys=True)
 
     def preflight(self, repo, commit: str) -> None:
         """Before the first probe: a file the command names that is in your folder but not at
-        the same place in the commit's tree would be 'not found' at every probe."""
+        the same place in the commit's tree would be 'not found' at every probe; your project's
+        editable install is found, to be imported from each checkout."""
         self.folder = files_checked(repo, commit, self.argv, "the command")
+        self.imports = own_imports(repo.root, self.argv, probe_env())
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         # RLBISECT_PROBE: an `rlbisect check` in the command knows it is a bisect's probe (exit
@@ -213,7 +218,7 @@ class CommandPredicate(BasePredicate):
         here = in_folder(worktree, self.folder)
         if here is None:
             return folder_missing(self.folder)
-        r = run(self.argv, here, timeout, {**probe_env(), "RLBISECT_PROBE": commit})
+        r = run(self.argv, here, timeout, {**redirected(probe_env(), worktree, self.imports), "RLBISECT_PROBE": commit})
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
             return stopped(r.timed_out, r.seconds, timeout, output=output)

@@ -30,6 +30,7 @@ from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect._proc.worker import CannotRun, Reply, first_line, worker_main
 from rlbisect.bisect.predicates import PredicateError, Probe, from_worker, stopped, tail
 from rlbisect.bisect.predicates.command import file_digests, files_checked, folder_missing, in_folder
+from rlbisect.bisect.predicates.editable import own_imports, redirected
 from rlbisect.errors import Cause, Verdict
 from rlbisect.git.repo import probe_env
 from rlbisect.runs.read import RunLogError, read_rows
@@ -59,13 +60,16 @@ class CommandRunner:
                                  "or relative to where the command runs (e.g. {out}/metrics.jsonl)")
         self.digests = file_digests([a for a in self.argv if "{" not in a], cwd or Path.cwd())
         self.folder = ""    # where in each checkout it runs: preflight sets yours
+        self.imports: tuple[str, ...] = ()   # your editable install's folders: preflight finds them
 
     def identity(self) -> dict:
-        folder = {"folder": self.folder} if self.folder else {}   # the top: as cached before
-        return {"command": self.argv, "files": self.digests, "metrics_file": self.metrics_file, **folder}
+        extra: dict[str, object] = {"folder": self.folder} if self.folder else {}   # the top, no imports: as cached before
+        extra |= {"imports": list(self.imports)} if self.imports else {}
+        return {"command": self.argv, "files": self.digests, "metrics_file": self.metrics_file, **extra}
 
     def preflight(self, repo, commit: str) -> None:
         self.folder = files_checked(repo, commit, [a for a in self.argv if "{" not in a], "the training command")
+        self.imports = own_imports(repo.root, self.argv, probe_env())
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
         got = Runs()
@@ -96,7 +100,7 @@ class CommandRunner:
             shutil.rmtree(metrics)
         else:
             metrics.unlink(missing_ok=True)
-        r = run([fill(a) for a in self.argv], here, timeout, probe_env())
+        r = run([fill(a) for a in self.argv], here, timeout, redirected(probe_env(), worktree, self.imports))
         output = tail(r.stdout + "\n" + r.stderr)
         if r.stopped:
             return None, stopped(r.timed_out, r.seconds, timeout, f"the run with seed {seed}", output), r.seconds
