@@ -17,6 +17,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from rlbisect._proc.worker import IMPORTS_VAR
+
 #: Variables a shell changes between commands; nothing rlbisect or torch imports reads them.
 VOLATILE = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "TERM", "COLORTERM", "LS_COLORS",
                       "PS1", "PROMPT_COMMAND", "TMUX_PANE", "WINDOWID", "SSH_TTY", "TERM_SESSION_ID"})
@@ -51,7 +53,7 @@ def isolated_interpreter() -> dict:
 def _comparable(env: dict[str, str]) -> dict[str, str]:
     """The variables that could change what a server's imports did: not the shell's bookkeeping,
     not git's (rlbisect scrubs those per probe, rlbisect.git.repo.scrubbed)."""
-    return {k: v for k, v in env.items() if k not in VOLATILE
+    return {k: v for k, v in env.items() if k not in VOLATILE and k != IMPORTS_VAR   # read after the fork
             and not k.startswith("GIT_")}
 
 

@@ -30,12 +30,15 @@ from typing import Any, Callable
 
 from rlbisect.errors import CannotRun, Cause, Verdict
 
-__all__ = ["CannotRun", "Reply", "WORKERS", "first_line", "raised_in", "read_reply", "worker_main"]
+__all__ = ["CannotRun", "IMPORTS_VAR", "Reply", "WORKERS", "first_line", "raised_in", "read_reply", "worker_main"]
 
 #: The programs a fork server may run for a probe: rlbisect's own, nothing a request names.
 WORKERS = ("rlbisect.bisect.predicates.invariants", "rlbisect.bisect.predicates.train_runs",
            "rlbisect.steps.at")
 _EXIT = {Verdict.GOOD: 0, Verdict.BAD: 1, Verdict.SKIP: 125}
+#: Folders of the checkout (``src``; ``os.pathsep``-joined) that go on ``sys.path`` after it: where
+#: your project's editable install reads your working tree (rlbisect._proc.editable).
+IMPORTS_VAR = "RLBISECT_IMPORTS"
 
 
 @dataclass
@@ -94,7 +97,8 @@ def worker_main(work: Callable[[argparse.Namespace, Path], Reply], parser: argpa
     parser.add_argument("--reply", required=True, help="where the JSON reply goes")
     args = parser.parse_args(argv)
     code_dir = Path(args.code_dir).resolve()
-    sys.path.insert(0, str(code_dir))
+    sys.path[:0] = [str(code_dir)] + [str(code_dir / f) for f in os.environ.get(IMPORTS_VAR, "").split(os.pathsep)
+                                      if f and f != "."]
     try:
         reply = work(args, code_dir)
     except CannotRun as e:

@@ -7,6 +7,7 @@ and each predicate's options model.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import cast
 
@@ -114,7 +115,7 @@ def run_cmd(
     from rlbisect.cli.progress import live_progress
     from rlbisect.bisect.timeline import draw
     from rlbisect.bisect.terms import parse_terms
-    from rlbisect.bisect.predicates.editable import note as editable_note, own_imports
+    from rlbisect._proc.editable import note as editable_note, own_imports
     from rlbisect.git.repo import Repo, probe_env
     from rlbisect.tinyagent import first_use_note
     given_adapter(adapter)
@@ -146,8 +147,9 @@ def run_cmd(
                          "--predicate short-run --metric M")
     if not command_ and adapter is None and runner is None and (note := first_use_note()):
         typer.echo(f"{note}; the first probe pays it", err=True)   # TinyAgent's own trainer
-    if command_ and (folders := own_imports(root := Repo.open(repo).root, command_, probe_env())):
-        typer.echo(editable_note(root, folders), err=True)   # the probes import the checkouts': say so
+    # the probes import the checkouts' code, not the editable install's: say so
+    if folders := own_imports(root := Repo.open(repo).root, command_ or [sys.executable], probe_env()):
+        typer.echo(editable_note(root, folders), err=True)
     with live_progress() as progress:
         try:
             result = bisect(repo, range_spec, pred, options, progress=progress)

@@ -20,9 +20,12 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
+from typing import Sequence
 
 from rlbisect._proc.client import ask
+from rlbisect._proc.editable import for_workers, own_imports
 from rlbisect._proc.worker import CannotRun, Reply, worker_main
 from rlbisect.errors import Cause, Interrupted, Verdict
 from rlbisect.git.repo import probe_env
@@ -33,12 +36,14 @@ from rlbisect.steps.replay import (Replayed, ReplayError, ReplayReport, UpdateRa
 
 def replay_in_checkout(snap: Snapshot, snapshot_path: str | os.PathLike,
                        code_dir: str | os.PathLike, bug: str | None = None,
-                       tolerance: float = 0.0, timeout: float | None = None) -> ReplayReport:
-    """Judge a replay of ``snap`` (loaded from ``snapshot_path``) with the trainer in ``code_dir``.
+                       tolerance: float = 0.0, timeout: float | None = None,
+                       imports: Sequence[str] = ()) -> ReplayReport:
+    """Judge a replay of ``snap`` (loaded from ``snapshot_path``) with the trainer in ``code_dir``
+    (and its ``imports`` folders: :func:`~rlbisect._proc.editable.own_imports`).
     Raises ReplayError when it cannot run there (setup failure, timeout, worker crash) and
     Interrupted when a signal stopped it."""
     args = [str(Path(snapshot_path).resolve())] + (["--bug", bug] if bug else [])
-    reply, done = ask(__name__, args, Path(code_dir).resolve(), timeout, probe_env())
+    reply, done = ask(__name__, args, Path(code_dir).resolve(), timeout, for_workers(probe_env(), imports))
     if done.interrupted:
         import signal
         raise Interrupted(signal.SIGINT)
@@ -63,8 +68,8 @@ def replay_identity(snapshot_path: str | os.PathLike, bug: str | None = None,
 
 
 def replay_at(snapshot_path: str | os.PathLike, checkout: str | os.PathLike,
-              timeout: float | None = None, bug: str | None = None, tolerance: float = 0.0
-              ) -> tuple[Verdict, Cause, dict[str, float], str]:
+              timeout: float | None = None, bug: str | None = None, tolerance: float = 0.0,
+              imports: Sequence[str] = ()) -> tuple[Verdict, Cause, dict[str, float], str]:
     """The ``replay:STEP.pt`` predicate on one checkout -> (verdict, values, reason).
 
     good: the step replays identically; bad: a statistic or the parameters moved, or the update
@@ -74,7 +79,7 @@ def replay_at(snapshot_path: str | os.PathLike, checkout: str | os.PathLike,
     """
     snap = load_snapshot(snapshot_path)
     try:
-        report = replay_in_checkout(snap, snapshot_path, checkout, bug, tolerance, timeout)
+        report = replay_in_checkout(snap, snapshot_path, checkout, bug, tolerance, timeout, imports)
     except Interrupted:
         return Verdict.SKIP, Cause.INTERRUPTED, {}, "interrupted"
     except ReplayError as e:
@@ -123,7 +128,8 @@ def replay(path: str | os.PathLike, *, bug: str | None = None, at: str | None = 
         user = Repo.open(repo)
         sha = user.resolve(at)
         with Sandbox(user) as sandbox:
-            report = replay_in_checkout(snap, path, sandbox.checkout(sha), bug, tolerance, timeout)
+            report = replay_in_checkout(snap, path, sandbox.checkout(sha), bug, tolerance, timeout,
+                                        own_imports(user.root, [sys.executable], probe_env()))
         report.notes.insert(0, f"trainer code at {at} = {sha[:12]} of {user.root}")
     code = snap.code
     recorded = "unknown commit" if code.commit is None else \

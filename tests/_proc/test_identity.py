@@ -21,6 +21,7 @@ def test_shell_bookkeeping_and_git_variables_do_not_make_another_caller():
     me, env = ident.interpreter(), dict(os.environ)
     assert ident.mismatch(me, env, me, {**env, "PWD": "/elsewhere", "SHLVL": "7"}) is None
     assert ident.mismatch(me, env, me, {**env, "GIT_DIR": "/x/.git", "GIT_INDEX_FILE": "/x/i"}) is None
+    assert ident.mismatch(me, env, me, {**env, "RLBISECT_IMPORTS": "src"}) is None   # read by the forked worker
     assert "OMP_NUM_THREADS" in ident.mismatch(me, env, me, {**env, "OMP_NUM_THREADS": "3"})   # torch reads it
     assert ident.mismatch(me, env, {**me, "executable": "/other/python"}, env) == "a different executable"
     assert ident.mismatch(me, env, {**me, "warnoptions": ["error"]}, env) == "a different warnoptions"

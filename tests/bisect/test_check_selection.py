@@ -36,7 +36,7 @@ class _Tree:
     """A repository whose BAD has, or lacks, every file."""
 
     def __init__(self, has: bool):
-        self.has = has
+        self.has, self.root = has, Path("/nonexistent-repository")
 
     def has_file(self, commit: str, path: str) -> bool:
         return self.has

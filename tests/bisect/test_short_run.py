@@ -3,6 +3,7 @@ dashboard judgement, its false-positive rate on real runs of identical code, and
 guess) when the spread hides the answer."""
 
 import json
+import os
 import random
 import subprocess
 import tempfile
@@ -492,3 +493,31 @@ def test_a_tensorboard_folder_where_the_command_runs_is_cleared_between_seeds(tm
     got = runner.runs(tmp_path, [0, 1], steps=3, timeout=60)
     assert got.failure is None, got.failure and got.failure.reason
     assert [r["reward"] for r in got.rows[1]] == [1.0, 2.0, 3.0]    # the second seed's own, not a mix
+
+
+@pytest.mark.slow
+def test_a_runner_in_a_src_layout_installed_editable_is_imported_from_each_checkout(tmp_path, monkeypatch):
+    """rlbisect's own worker runs `python -I`: the checkout's src goes on its sys.path all the same
+    (RLBISECT_IMPORTS), found from the .pth an editable install leaves; without it the runner in
+    src/ is not importable from the checkout at all and every probe is a skip."""
+    repo = tmp_path / "r"
+    (repo / "src" / "mytrainer").mkdir(parents=True)
+    git(repo, "init", "-q")
+    shas = []
+    for i, reward in enumerate([1.0, 1.0, 0.0, 0.0]):
+        (repo / "src" / "mytrainer" / "__init__.py").write_text(
+            f"def run(steps, seed):  # c{i}\n    return [{{'reward': {reward} + seed / 100}}]\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"c{i}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    venv = tmp_path / "venv"   # python3 on PATH, with the .pth of `pip install -e .` in a src layout
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").write_text("")
+    (venv / "bin" / "python3").chmod(0o755)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "__editable__.mytrainer-0.1.pth").write_text(f"{repo / 'src'}\n")
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}:{os.environ['PATH']}")
+    pred = make_predicate("short-run", options=dict(runner="mytrainer:run", steps=1, window=1, metric="reward"))
+    result = bisect(repo, f"{shas[0]}..{shas[-1]}", pred, BisectOptions(per_commit=True))
+    assert result.status == "found" and result.first_bad == shas[2], result.summary()

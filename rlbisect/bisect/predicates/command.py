@@ -23,7 +23,7 @@ from rlbisect._proc.runner import run
 from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe,
                                         stopped, tail)
 from rlbisect.errors import Cause, InputError, Verdict
-from rlbisect.bisect.predicates.editable import own_imports, redirected
+from rlbisect._proc.editable import own_imports, redirected
 from rlbisect.git.repo import git_status, probe_env
 
 

@@ -29,6 +29,7 @@ from rlbisect._proc.worker import CannotRun, Reply, worker_main
 from rlbisect.bisect.predicates import (PREDICATES, BasePredicate, Kind, Options, Probe,
                                         from_worker)
 from rlbisect.bisect.predicates.command import edited_here, file_digests, folder_in, missing_here
+from rlbisect._proc.editable import for_workers, own_imports
 from rlbisect.errors import Cause, InputError, Verdict
 from rlbisect.git.repo import probe_env
 
@@ -58,6 +59,7 @@ class InvariantsPredicate(BasePredicate):
 
     def __init__(self, options: InvariantsOptions):
         self.options = options
+        self.imports: tuple[str, ...] = ()   # your editable install's folders: preflight finds them
 
     def identity(self) -> str:
         # an adapter file outside the repository is not in any commit's tree: its content is
@@ -65,7 +67,8 @@ class InvariantsPredicate(BasePredicate):
         where = (self.options.adapter or "").rpartition(":")[0]
         return json.dumps({"kind": "invariants", **self.options.model_dump(),
                            "files": file_digests([where], Path("/")) if os.path.isabs(where) else {},
-                           "rlbisect": __version__}, sort_keys=True)
+                           "rlbisect": __version__, **({"imports": list(self.imports)} if self.imports else {})},
+                          sort_keys=True)
 
     def preflight(self, repo, commit: str) -> None:
         """A relative FILE.py adapter is read from each checkout: one in your folder must be in the
@@ -89,6 +92,7 @@ class InvariantsPredicate(BasePredicate):
             raise InputError(f"--adapter {self.options.adapter}: no such file {where}")
         if self.options.checks:      # an unknown check, or run-level ones with --no-runs: refused now
             runs_needed(select_checks(self.options.checks), self.options.runs)
+        self.imports = own_imports(repo.root, [sys.executable], probe_env())
 
     def args(self) -> list[str]:
         """The worker's arguments (``python -I -m`` this module, before ``--code-dir``)."""
@@ -104,7 +108,7 @@ class InvariantsPredicate(BasePredicate):
         return args
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
-        reply, done = ask(__name__, self.args(), worktree, timeout, probe_env())
+        reply, done = ask(__name__, self.args(), worktree, timeout, for_workers(probe_env(), self.imports))
         return from_worker(reply, done, timeout, "the checks")
 
 

@@ -8,12 +8,16 @@ commit. The snapshot is checked once, when the predicate is built: a broken file
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 
 from pydantic import Field
 
+from rlbisect._proc.editable import own_imports
 from rlbisect.bisect.predicates import PREDICATES, BasePredicate, Kind, Options, PredicateError, Probe
+from rlbisect.git.repo import probe_env
 
 
 class ReplayOptions(Options):
@@ -34,16 +38,21 @@ class ReplayPredicate(BasePredicate):
         except SnapshotError as e:
             raise PredicateError(f"replay: {e}") from None
         self.options = options
+        self.imports: tuple[str, ...] = ()   # your editable install's folders: preflight finds them
 
     def identity(self) -> str:
         from rlbisect.steps.at import replay_identity
-        return replay_identity(self.path, None, self.options.tolerance)
+        key = replay_identity(self.path, None, self.options.tolerance)
+        return json.dumps({**json.loads(key), "imports": list(self.imports)}, sort_keys=True) if self.imports else key
+
+    def preflight(self, repo, commit: str) -> None:
+        self.imports = own_imports(repo.root, [sys.executable], probe_env())
 
     def probe(self, worktree: Path, commit: str, timeout: float | None) -> Probe:
         from rlbisect.steps.at import replay_at
         t0 = time.perf_counter()
         verdict, cause, values, reason = replay_at(self.path, worktree, timeout, None,
-                                                   self.options.tolerance)
+                                                   self.options.tolerance, self.imports)
         return Probe(verdict, values, reason, time.perf_counter() - t0, cause)
 
 

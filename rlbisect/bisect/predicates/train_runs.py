@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -30,7 +31,7 @@ from rlbisect._proc.tempdirs import owned_tempdir
 from rlbisect._proc.worker import CannotRun, Reply, first_line, worker_main
 from rlbisect.bisect.predicates import PredicateError, Probe, from_worker, stopped, tail
 from rlbisect.bisect.predicates.command import file_digests, files_checked, folder_missing, in_folder
-from rlbisect.bisect.predicates.editable import own_imports, redirected
+from rlbisect._proc.editable import for_workers, own_imports, redirected
 from rlbisect.errors import Cause, Verdict
 from rlbisect.git.repo import probe_env
 from rlbisect.runs.read import RunLogError, read_rows
@@ -129,16 +130,18 @@ class FunctionRunner:
 
     def __init__(self, runner: str):
         self.runner = runner
+        self.imports: tuple[str, ...] = ()   # your editable install's folders: preflight finds them
 
     def identity(self) -> dict:
-        return {"runner": self.runner}
+        return {"runner": self.runner, **({"imports": list(self.imports)} if self.imports else {})}
 
     def preflight(self, repo, commit: str) -> None:
         """A runner module is looked up in the checkout at probe time (absent: a skip)."""
+        self.imports = own_imports(repo.root, [sys.executable], probe_env())
 
     def runs(self, worktree: Path, seeds: list[int], steps: int, timeout: float | None) -> Runs:
         args = ["--runner", self.runner, "--steps", str(steps), "--seeds", ",".join(map(str, seeds))]
-        reply, done = ask(__name__, args, worktree, timeout, probe_env())
+        reply, done = ask(__name__, args, worktree, timeout, for_workers(probe_env(), self.imports))
         probe = from_worker(reply, done, timeout, "the runner")
         if reply is None or probe.verdict is not Verdict.GOOD:
             return Runs(failure=probe, seconds=done.seconds)

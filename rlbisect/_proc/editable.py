@@ -8,8 +8,9 @@ commit: every probe would test the same code. :func:`own_imports` finds those fo
 (the ``.pth`` files and finders are read as text, never run or imported), in the site-packages of
 the interpreters a command may run: the command's own (``python ...``, or a script's ``#!``
 line), ``python3`` and ``python`` on ``PATH``, and the repository's own ``.venv`` or ``venv``
-(``uv run``, ``poetry run``). :func:`redirected` puts the checkout's same
-folders first on ``PYTHONPATH``, ahead of site-packages and of any finder.
+(``uv run``, ``poetry run``). :func:`redirected` puts the checkout's same folders first on
+``PYTHONPATH``, ahead of site-packages and of any finder; :func:`for_workers` does the same for
+rlbisect's own workers, which run ``python -I``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import shutil
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
+
+from rlbisect._proc.worker import IMPORTS_VAR
 
 
 def own_imports(root: Path, argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
@@ -43,6 +46,12 @@ def redirected(env: Mapping[str, str], worktree: Path, folders: Sequence[str]) -
     ours = [str(worktree) if f == "." else str(worktree / f) for f in folders]
     theirs = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {**env, "PYTHONPATH": os.pathsep.join(ours + theirs)}
+
+
+def for_workers(env: Mapping[str, str], folders: Sequence[str]) -> dict[str, str]:
+    """``env`` for rlbisect's own probe workers (``python -I``: no ``PYTHONPATH``), which put the
+    checkout's ``folders`` on ``sys.path`` after the checkout itself (``IMPORTS_VAR``)."""
+    return {**env, IMPORTS_VAR: os.pathsep.join(folders)} if folders else dict(env)
 
 
 def note(root: Path, folders: Sequence[str]) -> str:

@@ -3,14 +3,10 @@ folders come from the interpreter's .pth files and setuptools' finders, read and
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 
-from helpers import git
-
-from rlbisect.bisect.predicates.editable import own_imports, redirected
+from rlbisect._proc.editable import own_imports, redirected
 
 
 def _prefix(tmp_path: Path, *, exe: str = "python", prefix: Path | None = None) -> tuple[Path, Path]:
@@ -67,31 +63,3 @@ def test_the_checkout_s_folders_go_first_on_pythonpath(tmp_path):
     got = redirected(env, tmp_path / "wt", (".", "src"))
     assert got["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "wt"), str(tmp_path / "wt" / "src"), "/theirs"])
     assert got["X"] == "1" and redirected(env, tmp_path, ()) == env
-
-
-def test_a_src_layout_installed_editable_is_bisected_on_each_checkout_s_code(tmp_path, monkeypatch, run_cli):
-    venv = tmp_path / "venv"   # a venv as `python -m venv` makes it, without starting one
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
-    (venv / "pyvenv.cfg").write_text(f"home = {Path(os.path.realpath(sys.executable)).parent}\n"
-                                     "include-system-site-packages = false\n")
-    (venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages").mkdir(parents=True)
-    repo = tmp_path / "repo"
-    (repo / "src" / "mypkg").mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    for i, value in enumerate([1, 1, 1, 2, 2, 2]):
-        (repo / "src" / "mypkg" / "__init__.py").write_text(f"VALUE = {value}\n")
-        (repo / "n").write_text(f"{i}\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"c{i}")
-    # what `pip install -e .` leaves for a src layout: the working tree's src on the path
-    site = next(venv.glob("lib/python3*/site-packages"))
-    (site / "__editable__.mypkg-0.1.pth").write_text(f"{repo / 'src'}\n")
-    monkeypatch.setenv("PATH", f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    before = sorted(p.name for p in repo.iterdir())
-    code, out, data = run_cli(["main~5..main", "--repo", str(repo), "--no-cache", "--",
-                               "python", "-c", "import mypkg, sys; sys.exit(mypkg.VALUE - 1)"])
-    assert code == 0, out
-    assert data["first_bad"] == git(repo, "rev-parse", "main~2").strip()
-    assert "installed editable" in out and "imports" in json.dumps(data["predicate"])
-    assert sorted(p.name for p in repo.iterdir()) == before
