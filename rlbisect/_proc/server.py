@@ -44,7 +44,7 @@ from pathlib import Path
 
 from rlbisect._proc import identity as ident
 from rlbisect._proc.runner import KILL_GRACE, exit_status, signal_group
-from rlbisect._proc.worker import WORKERS
+from rlbisect._proc.worker import IMPORTS_VAR, WORKERS
 
 MAX_MESSAGE = 1 << 20
 #: The program a "cli" request runs (``rlbisect check``), and what the server imports before any
@@ -81,7 +81,10 @@ class _Server:
         if why := ident.mismatch(self.me, self.environ, theirs, request.get("env") or {}):
             return f"it was started with {why}"
         # a worker puts the code under test first: nothing preloaded may be found there
-        path = ([request["code_dir"]] if target != "cli" and request.get("code_dir") else []) + list(theirs.get("path") or [])
+        code = [request["code_dir"]] if target != "cli" and request.get("code_dir") else []
+        code += [os.path.join(code[0], f) for f in (request.get("env") or {}).get(IMPORTS_VAR, "").split(os.pathsep)
+                 if code and f and f != "."]   # and the folders of your editable install (worker_main)
+        path = code + list(theirs.get("path") or [])
         if why := ident.shadowed(self.modules, path, request.get("cwd", "/")):
             return why
         if changed := ident.changed(self.files):

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rlbisect._proc import server as server_module
+from rlbisect._proc.worker import WORKERS
 
 pytestmark = [pytest.mark.skipif(not hasattr(socket, "send_fds") or sys.platform != "linux",
                                  reason="the warm server needs Linux and socket.send_fds"),
@@ -155,3 +157,16 @@ def test_a_bisect_borrows_the_warm_server_for_its_probes(warm_env, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "found the commit that injected the fault" in done.stdout
     assert served(warm_env) >= before + 2                  # its probes were forked from the server
+
+
+def test_a_worker_whose_editable_folders_would_shadow_a_preloaded_module_is_refused(tmp_path):
+    """The folders RLBISECT_IMPORTS puts after the checkout (worker_main) are part of the path the
+    server checks: a preloaded module they would find elsewhere makes the probe run cold."""
+    (tmp_path / "src" / "torch").mkdir(parents=True)
+    (tmp_path / "src" / "torch" / "__init__.py").write_text("")
+    server = server_module._Server(tmp_path / "s.sock", 60.0, None)
+    request = {"target": WORKERS[0], "code_dir": str(tmp_path), "cwd": str(tmp_path),
+               "interpreter": server.me, "env": dict(server.environ)}
+    assert server.refusal(request, [0, 1, 2]) is None
+    request["env"] = {**server.environ, "RLBISECT_IMPORTS": "src"}
+    assert "torch" in server.refusal(request, [0, 1, 2])
