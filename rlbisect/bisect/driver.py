@@ -23,6 +23,7 @@ from rlbisect.bisect.cache import flaky_identity, identity, row_probe
 from rlbisect.bisect.executors import Executor, NodeOnly, make_executor
 from rlbisect.bisect.options import BisectOptions
 from rlbisect.bisect.predicates import Predicate, Probe
+from rlbisect.bisect.predicates.command import folder_in, uncommitted_named
 from rlbisect.bisect.probing import Prober
 from rlbisect.bisect.report import BisectResult, Progress
 from rlbisect._proc.client import close_private
@@ -242,6 +243,10 @@ class _Run:
         codes = {p.values.get("exit_code") for p in res.probes}
         if res.status is Status.GOOD_FAILS and len(codes) == 1 and None not in codes:
             res.message += f" (exit {codes.pop():g} at every commit probed)"
+        if res.status is Status.GOOD_FAILS and (named := uncommitted_named(
+                self.user, res.good, "\n".join(p.output for p in res.probes if p.commit == res.good), folder_in(self.user))):
+            res.message += (f"; its output names {', '.join(named)}, in your working tree but not in the commits "
+                            "(untracked or ignored): a probe runs in a clean checkout, so give an absolute path or commit it")
         if res.status is not Status.FOUND or not strategy.recall or res.first_bad is None:
             return
         parents = list(dict(res.history).get(res.first_bad) or ())

@@ -212,6 +212,19 @@ def test_a_predicate_broken_everywhere_is_shown_not_blamed_on_a_commit(tiny_repo
     assert "GOOD fails the predicate, as every probe did" in out
     assert "ERROR: file or directory not found: tests/missing.py" in out       # the terminal
     assert all("tests/missing.py" in p["output"] for p in data["probes"])      # and the JSON
+    assert "in your working tree but not in the commits" not in out   # not in yours either
+
+
+def test_a_file_only_in_your_working_tree_that_good_s_output_names_is_pointed_out(tiny_repo, run_cli):
+    """git bisect checks out in place and keeps untracked and ignored files (a dataset, a local
+    config); a probe's clean checkout has none: the answer says which one GOOD's output named."""
+    r = tiny_repo(["good", "good", "bad", "bad"])
+    (r.path / "data").mkdir()
+    (r.path / "data" / "threshold").write_text("5\n")
+    cmd = ["sh", "-c", 'cat data/threshold state n && case "$(cat state)" in good) exit 0;; *) exit 1;; esac']
+    code, out, data = run_cli(["main~3..main", "--repo", str(r.path), "--", *cmd])
+    assert code == 6 and data["status"] == "good_fails", out
+    assert "its output names data/threshold, in your working tree but not in the commits" in data["message"]
 
 
 def test_the_first_failing_probe_shows_its_output(tiny_repo, run_cli):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -141,6 +142,31 @@ def missing_here(repo, commit: str, paths: list[str], what: str, folder: str = "
             raise InputError(f"{rel} ({what}) is in your folder but not in the commits: a predicate "
                              f"runs in a checkout of each commit, {where}; give its absolute path "
                              f"({local.resolve()}) or commit it")
+
+
+#: A path in a probe's output: a word with a folder or an extension in it (quotes and colons apart);
+#: one under a probe's checkout (``/tmp/rlbisect-PID-X/probe0-0/data/x``) is read from the top of it.
+_PATH_WORD = re.compile(r"[\w.~/-]*[\w-](?:/[\w.-]+|\.[A-Za-z]\w{0,5})\b")
+_IN_CHECKOUT = re.compile(r"/rlbisect-[^/]+/[^/]+/(.+)")
+
+
+def uncommitted_named(repo, commit: str, output: str, folder: str = "") -> list[str]:
+    """The paths ``output`` names that are in your working tree (from ``folder``) but not in
+    ``commit``'s tree: untracked or ignored files (a dataset, a config), which git bisect's checkout
+    in place keeps and a probe's clean checkout does not have."""
+    found = []
+    for word in dict.fromkeys(_PATH_WORD.findall(output)):
+        inside = _IN_CHECKOUT.search(word)
+        rel = inside.group(1) if inside else None if os.path.isabs(word) else os.path.normpath(os.path.join(folder, word))
+        if rel is None or rel == ".." or rel.startswith("../") or rel in found:
+            continue
+        try:
+            here = (Path(repo.root) / rel).exists()
+        except (OSError, ValueError):
+            continue
+        if here and not repo.has_file(commit, rel):
+            found.append(rel)
+    return found[:3]
 
 
 def local_names(argv: Sequence[str]) -> list[str]:
