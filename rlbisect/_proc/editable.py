@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -37,6 +38,42 @@ def own_imports(root: Path, argv: Sequence[str], env: Mapping[str, str]) -> tupl
             if real == top or top in real.parents:
                 found.add(real.relative_to(top).as_posix() if real != top else ".")
     return tuple(sorted(found))
+
+
+def outside_state(root: Path | None, argv: Sequence[str], env: Mapping[str, str]) -> str:
+    """A digest of the code editable installs read from outside the repository at ``root`` (a
+    TRL clone installed ``-e``): every ``.py`` and extension file's path, size and mtime, so a
+    checkout or an edit there between two bisects means fresh probes (its version does not move).
+    At most :data:`MAX_FILES` files a folder (a ``.pth`` naming a home folder): then its own mtime.
+    ``""`` when there is no such install."""
+    top = Path(os.path.realpath(root)) if root is not None else None
+    seen: list[str] = []
+    for site in _site_dirs(_interpreters(argv, env.get("PATH", ""))):
+        for folder in _editable_folders(site):
+            real = Path(os.path.realpath(folder))
+            if top is None or not (real == top or top in real.parents):
+                seen.append(f"{real}\t{_folder_state(real)}")
+    return hashlib.sha256("\n".join(sorted(set(seen))).encode()).hexdigest()[:16] if seen else ""
+
+
+MAX_FILES = 20_000
+_CODE = (".py", ".so", ".pyd")
+
+
+def _folder_state(folder: Path) -> str:
+    lines: list[str] = []
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules"))
+        for name in sorted(files):
+            if name.endswith(_CODE):
+                try:
+                    st = os.stat(os.path.join(here, name))
+                except OSError:
+                    continue
+                lines.append(f"{os.path.relpath(os.path.join(here, name), folder)} {st.st_size} {st.st_mtime_ns}")
+                if len(lines) > MAX_FILES:
+                    return f"mtime {folder.stat().st_mtime_ns}"
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16] if lines else "none"
 
 
 def redirected(env: Mapping[str, str], worktree: Path, folders: Sequence[str]) -> dict[str, str]:

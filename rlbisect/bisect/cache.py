@@ -41,6 +41,7 @@ from pathlib import Path
 
 from rlbisect.bisect.predicates import Predicate, Probe
 from rlbisect.errors import Verdict
+from rlbisect._proc.editable import outside_state
 from rlbisect.git.repo import probe_env
 
 CACHE_DIR = "rlbisect"
@@ -55,17 +56,19 @@ VOLATILE_PREFIXES = ("SSH_", "XDG_SESSION", "XDG_VTNR", "DBUS_", "WAYLAND_", "TE
                      "KONSOLE_", "GNOME_", "DESKTOP_", "PYTEST_")
 
 
-def identity(predicate: Predicate, key: bytes = b"") -> str:
+def identity(predicate: Predicate, key: bytes = b"", root: Path | None = None) -> str:
     """The cache identity of ``predicate`` run here: what it is, the interpreter and its installed
-    packages, the environment: each variable's name and a digest of its value keyed with ``key``
-    (:meth:`ProbeCache.key`), never the value. The identity is in every cache row, the JSON and the
-    report, an environment holds tokens, and a digest without a secret key gives a short password
-    back to a dictionary."""
+    packages (and the code of those installed editable from outside the repository at ``root``:
+    :func:`~rlbisect._proc.editable.outside_state`), the environment: each variable's name and a
+    digest of its value keyed with ``key`` (:meth:`ProbeCache.key`), never the value. The identity
+    is in every cache row, the JSON and the report, an environment holds tokens, and a digest
+    without a secret key gives a short password back to a dictionary."""
     env = {k: hmac.new(key, f"{k}={v}".encode(), "sha256").hexdigest()[:16] for k, v in probe_env().items()
            if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES)}
+    editable = outside_state(root, [sys.executable], probe_env())   # only where there is one: rows cached before keep
     return json.dumps({"predicate": predicate.identity(), "python": sys.executable,
-                       "python_version": sys.version.split()[0], "packages": packages(), "env": env},
-                      sort_keys=True)
+                       "python_version": sys.version.split()[0], "packages": packages(), "env": env,
+                       **({"editable": editable} if editable else {})}, sort_keys=True)
 
 
 def packages() -> str:

@@ -144,7 +144,7 @@ class _Run:
         res, strategy = self.result, self.strategy
         strategy.start(res.history, res.good, res.bad, res.first_parent)
         self._setup_predicate()
-        res.predicate = self.prober.identity = identity(self.predicate, self.prober.cache.key())
+        res.predicate = self.prober.identity = identity(self.predicate, self.prober.cache.key(), self.user.root)
         ended = "found"      # how the search ended, for the strategy's report
         try:
             step = self.sandbox.bisect_start(res.good, res.bad, res.first_parent)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rlbisect._proc.editable import own_imports, redirected
+from rlbisect._proc.editable import outside_state, own_imports, redirected
 
 
 def _prefix(tmp_path: Path, *, exe: str = "python", prefix: Path | None = None) -> tuple[Path, Path]:
@@ -63,3 +63,25 @@ def test_the_checkout_s_folders_go_first_on_pythonpath(tmp_path):
     got = redirected(env, tmp_path / "wt", (".", "src"))
     assert got["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "wt"), str(tmp_path / "wt" / "src"), "/theirs"])
     assert got["X"] == "1" and redirected(env, tmp_path, ()) == env
+
+
+def test_the_code_of_an_editable_install_outside_the_repository_is_its_state(tmp_path):
+    """A TRL clone installed -e: editing or checking out its code changes the state; your own
+    project's folders (read from each checkout) and files other than code do not."""
+    import time
+    repo, clone = tmp_path / "repo", tmp_path / "trl"
+    (repo / "src").mkdir(parents=True)
+    (clone / "trl").mkdir(parents=True)
+    (clone / "trl" / "trainer.py").write_text("A = 1\n")
+    prefix, site = _prefix(tmp_path)
+    env = {"PATH": str(prefix / "bin")}
+    assert outside_state(repo, ["python"], env) == ""                   # no editable install: no key
+    (site / "__editable__.mine-1.pth").write_text(f"{repo / 'src'}\n")
+    assert outside_state(repo, ["python"], env) == ""                   # yours is read from the checkouts
+    (site / "__editable__.trl-1.pth").write_text(f"{clone}\n")
+    before = outside_state(repo, ["python"], env)
+    (clone / "README.md").write_text("not code\n")
+    assert before and outside_state(repo, ["python"], env) == before
+    time.sleep(0.01)
+    (clone / "trl" / "trainer.py").write_text("A = 2\n")
+    assert outside_state(repo, ["python"], env) != before

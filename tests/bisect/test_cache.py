@@ -314,3 +314,14 @@ def test_the_installed_distributions_are_part_of_the_identity(monkeypatch):
     monkeypatch.setattr(cache.metadata, "distributions", installed("2.5.1"))   # pip install -U torch
     assert cache.identity(pred, b"k") != before
     assert json.loads(before)["packages"] != json.loads(cache.identity(pred, b"k"))["packages"]
+
+
+def test_code_installed_editable_outside_the_repository_is_part_of_the_identity(monkeypatch, tmp_path):
+    from rlbisect.bisect import cache
+    from rlbisect.bisect.predicates.command import CommandPredicate
+    pred = CommandPredicate(["true"])
+    monkeypatch.setattr(cache, "outside_state", lambda root, argv, env: "")
+    plain = cache.identity(pred, b"k", tmp_path)
+    assert "editable" not in json.loads(plain)          # none: the identity cached before
+    monkeypatch.setattr(cache, "outside_state", lambda root, argv, env: "1234" if root == tmp_path else "")
+    assert json.loads(cache.identity(pred, b"k", tmp_path))["editable"] == "1234"
