@@ -31,6 +31,7 @@ are n/a and say so. Each reason names the field `Objective` would need.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from rlbisect.check.spec import Objective
@@ -167,26 +168,47 @@ def truncated_sampling(trainer) -> str:
 #: step-0 checks that run at every setting (6, 18, 19, 20) exercise them. One variant holding them all
 #: (each variant costs a trainer and a scoring of the probe batch): temperature != 1 reaches the
 #: temperature TRL bakes into each model's fused LM head (the stored reference log-probs included),
-#: dapo another aggregation and its window normalizer over 4 accumulated micro-batches, and DAPO's
+#: another aggregation and normalizer over 4 accumulated micro-batches, and DAPO's
 #: clip-higher an upper clip bound of its own (at the default the two bounds are one), batch-scaled
 #: advantages the other branch of TRL's advantage code (check 18 runs at every setting too). An
 #: entropy bonus fails check 6 by design over several micro-batches (bnpo too), so it has a variant
 #: of one micro-batch, where check 19 states the bonus, at SAPO (whose soft gate is another policy
 #: term), training on the top 80% of tokens by entropy (a quantile per micro-batch, by design over
-#: several; at 0.5 a quantile taken at q rather than 1 - q would cut the same tokens). A release
-#: without a variant's field skips that variant.
+#: several; at 0.5 a quantile taken at q rather than 1 - q would cut the same tokens). The first
+#: variant takes Dr. GRPO rather than dapo: dapo's clipped surrogate is grpo's, and its window
+#: normalizer cispo's, which run B plays (RUN_VARIANT); Dr. GRPO's normalizer is its own. The
+#: second takes GSPO's sequence-level ratio (TRL warns against it beside dr_grpo). A release without
+#: a variant's field, or whose loss code does not know its loss type, skips that variant.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "temperature 0.7, dapo, 4 micro-batches, clip-higher 0.28, batch-scaled advantages": {
-        "temperature": 0.7, "loss_type": "dapo", "gradient_accumulation_steps": 4, "epsilon_high": 0.28,
+    "temperature 0.7, dr_grpo, 4 micro-batches, clip-higher 0.28, batch-scaled advantages": {
+        "temperature": 0.7, "loss_type": "dr_grpo", "gradient_accumulation_steps": 4, "epsilon_high": 0.28,
         "scale_rewards": "batch"},
-    "sapo, entropy bonus 0.05, top 80% entropy tokens, one micro-batch": {
-        "loss_type": "sapo", "entropy_coef": 0.05, "top_entropy_quantile": 0.8, "gradient_accumulation_steps": 1},
+    "sapo, sequence-level ratio, entropy bonus 0.05, top 80% entropy tokens, one micro-batch": {
+        "loss_type": "sapo", "importance_sampling_level": "sequence", "entropy_coef": 0.05,
+        "top_entropy_quantile": 0.8, "gradient_accumulation_steps": 1},
 }
 
 
 def variants(trainer) -> dict[str, dict[str, Any]]:
-    """The :data:`VARIANTS` whose every field this TRL's config has."""
-    return {label: s for label, s in VARIANTS.items() if all(hasattr(trainer.args, k) for k in s)}
+    """The :data:`VARIANTS` whose every field this TRL's config has, and whose loss type its
+    loss code names."""
+    return {label: s for label, s in VARIANTS.items() if all(hasattr(trainer.args, k) for k in s)
+            and ("loss_type" not in s or s["loss_type"] in _loss_code_strings(type(trainer)))}
+
+
+def _loss_code_strings(cls) -> set[str]:
+    """Every string constant in the trainer's loss methods (``loss_type == "vespo"`` puts one there)."""
+    found: set[str] = set()
+    todo: list[Any] = [getattr(getattr(cls, name, None), "__code__", None) for name in ("_compute_loss", "compute_loss")]
+    while todo:
+        const = todo.pop()
+        if isinstance(const, str):
+            found.add(const)
+        elif isinstance(const, (tuple, frozenset)):
+            todo += list(const)
+        elif isinstance(const, types.CodeType):   # a comprehension or nested function inside
+            todo += list(const.co_consts)
+    return found
 
 
 #: The run-level checks' off-default run (two iterations per generation batch, so later passes use

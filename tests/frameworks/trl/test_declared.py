@@ -144,6 +144,9 @@ def test_a_sequence_level_ratio_is_stated_and_a_fault_in_it_fails_check_19(monke
                 "log_importance_weights = (log_ratio * mask).sum(-1)")
     faulty = _checks(**opts)
     assert faulty[name].failed and faulty[name].value > 0.01
+    if "loss_type" not in opts:                        # the default check, through the sapo variant
+        at_default = _checks()[name]
+        assert at_default.failed and "sequence-level ratio" in at_default.setting
 
 
 @pytest.mark.slow
@@ -158,6 +161,8 @@ def test_dr_grpos_normalizer_is_stated_and_a_fault_in_it_fails_check_19(monkeypa
                 "loss = (per_token_loss * mask).sum() / per_token_loss.size(0)")
     faulty = _checks(loss_type="dr_grpo")
     assert faulty[name].failed and faulty[name].value > 0.1
+    at_default = _checks()[name]                       # the default check, through the first variant
+    assert at_default.failed and "dr_grpo" in at_default.setting
 
 
 @pytest.mark.slow
@@ -268,13 +273,24 @@ def test_settings_that_change_the_objective_on_purpose_pass(opts, name, why):
 
 
 @pytest.mark.slow
+def test_a_variant_whose_loss_type_the_installed_trl_does_not_know_is_skipped(monkeypatch):
+    from rlbisect.frameworks.trl import declared
+    a = _demo()
+    monkeypatch.setitem(declared.VARIANTS, "no such loss", {"loss_type": "no_such_loss"})
+    assert "no such loss" not in declared.variants(a.trainer) and len(declared.variants(a.trainer)) == 2
+    monkeypatch.setitem(declared.VARIANTS, "vespo", {"loss_type": "vespo"})   # TRL 1.16 knows it
+    assert "vespo" in declared.variants(a.trainer)
+
+
+@pytest.mark.slow
 def test_variants_are_offered_and_built_with_the_same_fault():
     a = _demo(bug="adv_sign")
     label, entropy = a.variants
     assert a.with_settings(**a.variants[entropy]).objective.entropy_coef == 0.05
     assert a.with_settings(**a.variants[entropy]).objective.kind == "sapo"
+    assert a.with_settings(**a.variants[entropy]).objective.ratio_level == "sequence"
     b = a.with_settings(**a.variants[label])
-    assert b.loss_type == "dapo" and b.trainer.args.gradient_accumulation_steps == 4
+    assert b.loss_type == "dr_grpo" and b.trainer.args.gradient_accumulation_steps == 4
     assert b.trainer.args.per_device_train_batch_size == a.trainer.args.per_device_train_batch_size
     assert b._factory is not None and a.with_settings(temperature=0.7).trainer.temperature == 0.7
 
