@@ -82,6 +82,7 @@ def main() -> None:
     names = list(FACTORS)
     print(" | ".join(names) + " | stated | by design | n/a | failed")
     failures, t0 = 0, time.perf_counter()
+    failing: dict[str, list[dict]] = {}   # check -> the cells it failed at
     for cell in grid:
         with contextlib.redirect_stdout(io.StringIO()):
             adapter = demo(**settings_of(cell))
@@ -90,12 +91,17 @@ def main() -> None:
                 results = {**results, **run_checks(adapter)}
         failed = [r.name for r in results.values() if r.failed]
         failures += bool(failed)
+        for name in failed:
+            failing.setdefault(name, []).append(cell)
         by_design = sum(bool(r.by_design) for r in results.values())
         na = sum(bool(r.na) for r in results.values())
         stated = "yes" if not adapter.objective_why else "no"
         print(" | ".join(str(cell[k]) for k in names) + f" | {stated} | {by_design} | {na} | {', '.join(failed) or '-'}",
               flush=True)
     print(f"{failures} of {len(grid)} cells with a failed check ({time.perf_counter() - t0:.0f} s)")
+    for name, at in failing.items():   # what every cell a check failed at has in common: where to look
+        common = [f"{k}={at[0][k]}" for k in names if all(c[k] == at[0][k] for c in at)]
+        print(f"  {name}: {len(at)} cells, all with {', '.join(common) or 'nothing in common'}")
 
 
 if __name__ == "__main__":

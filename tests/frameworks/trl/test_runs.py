@@ -58,6 +58,18 @@ def test_the_logged_reward_without_reward_weights_fails_the_logged_metrics(healt
     assert res[logged].detail.startswith("reward at step 0")
 
 
+def test_trls_zero_std_fraction_under_batch_scaling_fails_the_logged_metrics(healthy):
+    """TRL documents `frac_reward_zero_std` as the share of samples whose prompt's rewards do not
+    vary; under scale_rewards="batch" it logs whether the whole batch's std is zero instead (its
+    std_rewards there is the batch's), so a batch with groups that teach nothing logs 0. Unmodified
+    TRL 1.16, caught by the logged-metrics check alone; at the default (group) scaling it passes."""
+    logged = "logged metrics = the step's batch"
+    assert healthy[logged].passed and not healthy[logged].na
+    res = _runs(scale_rewards="batch")
+    assert [n for n, r in res.items() if r.failed] == [logged]
+    assert res[logged].detail.startswith("zero_adv_frac at step 0: logged 0,")
+
+
 def test_a_token_count_that_includes_dropped_completions_fails_at_a_token_summed_loss():
     # huggingface/trl#6369: dapo divided by a count that kept the truncated completions it masks
     opts = {"loss_type": "dapo", "mask_truncated_completions": True}
