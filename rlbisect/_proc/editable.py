@@ -95,7 +95,7 @@ def note(root: Path, folders: Sequence[str]) -> str:
     """The line that tells the user their project's imports are redirected."""
     where = ", ".join(str(Path(root) / f) if f != "." else str(root) for f in folders)
     return (f"note: your project is installed editable ({where}): each probe imports it from its own "
-            "checkout (put first on PYTHONPATH), not from your working tree")
+            "checkout (first on its import path), not from your working tree")
 
 
 def _interpreters(argv: Sequence[str], path: str) -> list[str]:
