@@ -164,3 +164,17 @@ def test_identity_follows_the_content_of_the_files_the_command_names(tmp_path, m
     assert CommandPredicate(["sh", str(script)]).identity() != before
     # the executable itself counts too (found on PATH)
     assert "sh" in json.loads(before)["files"]
+
+
+def test_the_paths_an_output_names_that_only_your_working_tree_has(tiny_repo):
+    from rlbisect.bisect.predicates.command import uncommitted_named
+    from rlbisect.git.repo import Repo
+    r = tiny_repo(["good", "bad"])
+    (r.path / "data").mkdir()
+    (r.path / "data" / "x.csv").write_text("1\n")
+    output = ("FileNotFoundError: [Errno 2] No such file or directory: '/tmp/rlbisect-7-ab/probe0-0/data/x.csv'\n"
+              "cat: state: read twice; ERROR: tests/missing.py not found; see /usr/lib/python3/os.py")
+    repo = Repo.open(r.path)
+    assert uncommitted_named(repo, r.shas[0], output) == ["data/x.csv"]   # a checkout's path, read from its top
+    assert uncommitted_named(repo, r.shas[0], "cat: x.csv", "data") == ["data/x.csv"]   # run from data/
+    assert uncommitted_named(repo, r.shas[0], "no path here: state n") == []
